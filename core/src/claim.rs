@@ -1,0 +1,404 @@
+//! Declare and claim: creating the write-ahead record and deciding whether an attempt may
+//! dispatch (DESIGN.md sections 4 and 5).
+//!
+//! A claim is answered from the record's effective state at `now`: an open attempt whose
+//! lease has run out counts as an unknown outcome even before the sweeper has turned it
+//! into one, so a restarted node never mistakes it for "not started". Answers that grant
+//! nothing change nothing; only a grant or an escalation writes the record.
+
+use crate::command::Declaration;
+use crate::intent::{canonicalize, differing_fields, CanonicalIntent};
+use crate::key::{validate_detail, validate_name, EffectKey, FieldError};
+use crate::ledger::Ledger;
+use crate::limits::SLOTS_MAX;
+use crate::outcome::{ClaimOutcome, Grant, IntentConflict, Outcome, Refusal, Unsettled};
+use crate::policy::{ReplayClass, ToolPolicy, ToolRef};
+use crate::record::{
+    Attempt, AttemptKind, AttemptOutcome, EffectRecord, EffectState, Escalation, EscalationReason,
+    Slot,
+};
+
+impl Ledger {
+    pub(crate) fn declare(&mut self, decl: &Declaration, slots: u32, now: u64) -> Outcome {
+        if let Err(e) = decl
+            .key
+            .validate()
+            .and_then(|()| validate_declaration(decl))
+        {
+            return e.into();
+        }
+        if slots == 0 || slots > SLOTS_MAX {
+            return FieldError::OutOfRange {
+                field: "slots".into(),
+                detail: format!("{slots} is not in 1..={SLOTS_MAX}"),
+            }
+            .into();
+        }
+        let policy = match self.policy_for(&decl.key.tenant, &decl.tool) {
+            Ok(policy) => policy.clone(),
+            Err(refusal) => return refusal.into(),
+        };
+        let intent = match canonicalize(&decl.intent_json, &policy.volatile_fields) {
+            Ok(intent) => intent,
+            Err(e) => return Refusal::InvalidIntent(e).into(),
+        };
+        let keys: Vec<EffectKey> = if slots == 1 {
+            vec![decl.key.clone()]
+        } else {
+            (0..slots).map(|i| decl.key.slot_key(i)).collect()
+        };
+        // A plain key and a slot group of the same base are one declaration shape or the
+        // other, never both.
+        let other_shape = if slots == 1 {
+            decl.key.slot_key(0)
+        } else {
+            decl.key.clone()
+        };
+        if let Some(existing) = self.get(&other_shape) {
+            return Refusal::Conflict(shape_conflict(existing, &intent)).into();
+        }
+        for key in &keys {
+            if let Some(existing) = self.get(key) {
+                let offered =
+                    match canonicalize(&decl.intent_json, &existing.policy.volatile_fields) {
+                        Ok(offered) => offered,
+                        Err(e) => return Refusal::InvalidIntent(e).into(),
+                    };
+                let slot_count = existing.slot.map_or(1, |s| s.count);
+                if let Some(c) = conflict(existing, &decl.tool, &offered, slot_count != slots) {
+                    return Refusal::Conflict(c).into();
+                }
+            }
+        }
+        let mut created = false;
+        for (index, key) in keys.iter().enumerate() {
+            if self.get(key).is_none() {
+                let slot = (slots > 1).then_some(Slot {
+                    index: index as u32,
+                    count: slots,
+                });
+                let rec = new_record(key.clone(), decl, &intent, slot, &policy, now);
+                self.insert_record(rec);
+                created = true;
+            }
+        }
+        Outcome::Declared { keys, created }
+    }
+
+    pub(crate) fn claim(
+        &mut self,
+        decl: &Declaration,
+        holder: &str,
+        lease_ms: Option<u64>,
+        confirmation: Option<&str>,
+        now: u64,
+    ) -> Outcome {
+        let valid = decl
+            .key
+            .validate_addressable()
+            .and_then(|()| validate_declaration(decl))
+            .and_then(|()| validate_name("holder", holder))
+            .and_then(|()| confirmation.map_or(Ok(()), |c| validate_detail("confirmation", c)));
+        if let Err(e) = valid {
+            return e.into();
+        }
+        if self.get(&decl.key).is_none() {
+            if decl.key.slot().is_some() {
+                return Refusal::UnknownEffect(decl.key.clone()).into();
+            }
+            // Check what a grant needs before declaring, so a refused claim creates nothing.
+            match self.policy_for(&decl.key.tenant, &decl.tool) {
+                Ok(policy) if policy.confirmation_required && confirmation.is_none() => {
+                    return Refusal::ConfirmationRequired.into();
+                }
+                Ok(_) => {}
+                Err(refusal) => return refusal.into(),
+            }
+            match self.declare(decl, 1, now) {
+                Outcome::Declared { .. } => {}
+                refused => return refused,
+            }
+        }
+        let rec = self.get(&decl.key).expect("declared above");
+        let offered = match canonicalize(&decl.intent_json, &rec.policy.volatile_fields) {
+            Ok(offered) => offered,
+            Err(e) => return Refusal::InvalidIntent(e).into(),
+        };
+        if let Some(c) = conflict(rec, &decl.tool, &offered, false) {
+            return Outcome::Claim(ClaimOutcome::Conflict(c));
+        }
+        let answer = match answer_claim(rec, now) {
+            Answer::Final(outcome) => return Outcome::Claim(outcome),
+            Answer::Dispatch => {
+                if rec.policy.confirmation_required && confirmation.is_none() {
+                    return Refusal::ConfirmationRequired.into();
+                }
+                if rec.dispatches_in_budget >= rec.policy.dispatch_attempts_max {
+                    Answer::Escalate(EscalationReason::DispatchBudgetSpent)
+                } else {
+                    Answer::Dispatch
+                }
+            }
+            other => other,
+        };
+        self.update(&decl.key, |rec, next_token| {
+            close_if_expired(rec, now);
+            // Closing an expired reconciliation counts as an observation and may itself
+            // have spent the budget.
+            if let Some(e) = &rec.escalation {
+                return ClaimOutcome::Escalated { reason: e.reason };
+            }
+            match answer {
+                Answer::Escalate(reason) => {
+                    escalate(rec, reason, now);
+                    ClaimOutcome::Escalated { reason }
+                }
+                _ => ClaimOutcome::Proceed(grant(
+                    rec,
+                    next_token,
+                    AttemptKind::Dispatch,
+                    holder,
+                    lease_ms,
+                    now,
+                )),
+            }
+        })
+        .into()
+    }
+}
+
+impl From<ClaimOutcome> for Outcome {
+    fn from(c: ClaimOutcome) -> Self {
+        Outcome::Claim(c)
+    }
+}
+
+/// What a claim on an existing record comes to.
+enum Answer {
+    /// An answer that changes nothing.
+    Final(ClaimOutcome),
+    /// A new dispatch attempt, subject to confirmation and budget.
+    Dispatch,
+    /// Stop and wait for a person.
+    Escalate(EscalationReason),
+}
+
+fn answer_claim(rec: &EffectRecord, now: u64) -> Answer {
+    if let Some(receipt) = &rec.receipt {
+        return Answer::Final(ClaimOutcome::Replay {
+            receipt: receipt.clone(),
+        });
+    }
+    if let Some(e) = &rec.escalation {
+        return Answer::Final(ClaimOutcome::Escalated { reason: e.reason });
+    }
+    if let Some(open) = rec.open_attempt().filter(|a| a.is_live(now)) {
+        return Answer::Final(ClaimOutcome::InFlight {
+            holder: open.holder.clone(),
+            attempt_id: open.attempt_id,
+            lease_until_ms: open.lease_until_ms,
+        });
+    }
+    match effective_state(rec, now) {
+        EffectState::NotStarted | EffectState::FailedBeforeEffect => Answer::Dispatch,
+        EffectState::UnknownAfterDispatch => match rec.policy.class {
+            ReplayClass::KeyedIdempotent if rec.within_horizon(now) => Answer::Dispatch,
+            ReplayClass::KeyedIdempotent => {
+                Answer::Final(ClaimOutcome::HorizonPassed(unsettled(rec)))
+            }
+            _ => Answer::Final(ClaimOutcome::Reconcile(unsettled(rec))),
+        },
+        state @ (EffectState::InProgress | EffectState::Committed) => {
+            unreachable!("{state} with no live attempt and no receipt")
+        }
+    }
+}
+
+/// The state a record is in at `now`, counting an open attempt past its lease as the
+/// unknown outcome it is.
+pub(crate) fn effective_state(rec: &EffectRecord, now: u64) -> EffectState {
+    match rec.open_attempt() {
+        Some(a) if !a.is_live(now) => EffectState::UnknownAfterDispatch,
+        _ => rec.state,
+    }
+}
+
+/// What is known about an unknown effect.
+pub(crate) fn unsettled(rec: &EffectRecord) -> Unsettled {
+    Unsettled {
+        provider_key: rec.provider_key.clone(),
+        dispatches: rec
+            .attempts
+            .iter()
+            .filter(|a| a.kind == AttemptKind::Dispatch)
+            .count() as u32,
+        horizon_deadline_ms: rec.horizon_deadline_ms,
+        last_observation: rec.observations.last().cloned(),
+    }
+}
+
+/// Closes an open attempt whose lease has run out. A dispatch becomes an unknown outcome;
+/// a reconciliation counts as an ambiguous observation.
+pub(crate) fn close_if_expired(rec: &mut EffectRecord, now: u64) -> bool {
+    let Some(open) = rec.open_attempt_mut().filter(|a| !a.is_live(now)) else {
+        return false;
+    };
+    open.outcome = Some(AttemptOutcome::LeaseExpired);
+    let (kind, token) = (open.kind, open.fencing_token);
+    match kind {
+        AttemptKind::Dispatch => {
+            rec.ambiguous = true;
+            rec.state = EffectState::UnknownAfterDispatch;
+        }
+        AttemptKind::Reconcile => crate::reconcile::record_ambiguous_observation(
+            rec,
+            token,
+            "reconciliation lease ran out before an observation was recorded",
+            now,
+        ),
+    }
+    touch(rec, now);
+    true
+}
+
+/// Grants a new attempt. The caller has closed any open attempt.
+pub(crate) fn grant(
+    rec: &mut EffectRecord,
+    next_token: &mut u64,
+    kind: AttemptKind,
+    holder: &str,
+    lease_ms: Option<u64>,
+    now: u64,
+) -> Grant {
+    assert!(
+        rec.open_attempt().is_none(),
+        "{}: grant over an open attempt",
+        rec.key
+    );
+    let lease_ms = lease_ms
+        .unwrap_or(rec.policy.lease_ms)
+        .clamp(1, rec.policy.lease_ms_max);
+    let fencing_token = *next_token;
+    *next_token += 1;
+    let attempt_id = rec.attempts.len() as u32 + 1;
+    if kind == AttemptKind::Dispatch {
+        // A settled record means the provider has never seen the key take effect, so its
+        // horizon starts with this dispatch; an unsettled one keeps the earliest.
+        if !rec.ambiguous {
+            rec.horizon_deadline_ms = Some(now.saturating_add(rec.policy.provider_horizon_ms));
+        }
+        rec.dispatches_in_budget += 1;
+        rec.state = EffectState::InProgress;
+    }
+    let lease_until_ms = now.saturating_add(lease_ms);
+    rec.attempts.push(Attempt {
+        attempt_id,
+        kind,
+        fencing_token,
+        holder: holder.to_owned(),
+        granted_at_ms: now,
+        lease_until_ms,
+        outcome: None,
+    });
+    touch(rec, now);
+    Grant {
+        attempt_id,
+        fencing_token,
+        lease_until_ms,
+        provider_key: rec.provider_key.clone(),
+        horizon_deadline_ms: rec.horizon_deadline_ms,
+    }
+}
+
+/// Stops automatic handling until an operator decides.
+pub(crate) fn escalate(rec: &mut EffectRecord, reason: EscalationReason, now: u64) {
+    rec.escalation = Some(Escalation { at_ms: now, reason });
+    touch(rec, now);
+}
+
+/// Marks a record changed at `now` and recomputes its retention deadline: finished or
+/// never-started records may be collected `retention_ms` after their last change; records
+/// with an open attempt, an unknown outcome or an escalation are kept.
+pub(crate) fn touch(rec: &mut EffectRecord, now: u64) {
+    rec.updated_at_ms = now;
+    let collectable = matches!(
+        rec.state,
+        EffectState::NotStarted | EffectState::Committed | EffectState::FailedBeforeEffect
+    ) && rec.escalation.is_none();
+    rec.retention_deadline_ms = collectable.then(|| now.saturating_add(rec.policy.retention_ms));
+}
+
+fn new_record(
+    key: EffectKey,
+    decl: &Declaration,
+    intent: &CanonicalIntent,
+    slot: Option<Slot>,
+    policy: &ToolPolicy,
+    now: u64,
+) -> EffectRecord {
+    let provider_key = key.provider_key();
+    let mut rec = EffectRecord {
+        key,
+        workflow_id: decl.workflow_id.clone(),
+        tool: decl.tool.clone(),
+        authority: decl.authority.clone(),
+        target: decl.target.clone(),
+        intent: intent.json.clone(),
+        intent_hash: intent.hash,
+        slot,
+        policy: policy.clone(),
+        state: EffectState::NotStarted,
+        declared_at_ms: now,
+        updated_at_ms: now,
+        attempts: Vec::new(),
+        provider_key,
+        receipt: None,
+        horizon_deadline_ms: None,
+        retention_deadline_ms: None,
+        ambiguous: false,
+        dispatches_in_budget: 0,
+        observations_in_budget: 0,
+        observations: Vec::new(),
+        escalation: None,
+        decision: None,
+    };
+    touch(&mut rec, now);
+    rec
+}
+
+fn validate_declaration(decl: &Declaration) -> Result<(), FieldError> {
+    validate_name("workflow_id", &decl.workflow_id)?;
+    decl.tool.validate()?;
+    validate_name("authority.principal", &decl.authority.principal)?;
+    validate_name("target", &decl.target)
+}
+
+/// The conflict between a record and an offered intent, if they differ. `shape_differs`
+/// marks a different declared multiplicity.
+fn conflict(
+    rec: &EffectRecord,
+    tool: &ToolRef,
+    offered: &CanonicalIntent,
+    shape_differs: bool,
+) -> Option<IntentConflict> {
+    let mut differing = differing_fields(&rec.intent, &offered.json);
+    if rec.tool != *tool {
+        differing.insert(0, "(tool)".into());
+    }
+    if shape_differs {
+        differing.insert(0, "(slots)".into());
+    }
+    (!differing.is_empty() || rec.intent_hash != offered.hash).then_some(IntentConflict {
+        stored_hash: rec.intent_hash,
+        offered_hash: offered.hash,
+        differing_fields: differing,
+    })
+}
+
+fn shape_conflict(existing: &EffectRecord, offered: &CanonicalIntent) -> IntentConflict {
+    IntentConflict {
+        stored_hash: existing.intent_hash,
+        offered_hash: offered.hash,
+        differing_fields: vec!["(slots)".into()],
+    }
+}

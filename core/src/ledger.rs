@@ -1,0 +1,450 @@
+//! The ledger: all effect records, tenants, tool policies and remembered command ids, and
+//! the one entry point that changes them, [`Ledger::apply`].
+//!
+//! `apply(command, now_ms)` is deterministic: the same commands with the same times give
+//! the same outcomes and the same state on every replica. Time only ever comes in as
+//! `now_ms`, stamped by the Raft leader; the ledger keeps the largest time it has seen,
+//! so a leader whose clock is behind cannot make a lease live again.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::command::{Caller, Command, CommandBody};
+use crate::index::{Entries, Indexes};
+use crate::key::{validate_command_id, validate_tenant, EffectKey};
+use crate::outcome::{Outcome, Refusal};
+use crate::policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
+use crate::record::{EffectRecord, EffectState};
+
+/// A tenant's settings and tool policies.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TenantConfig {
+    /// Settings.
+    pub settings: TenantSettings,
+    /// Policy per tool.
+    pub tools: BTreeMap<ToolName, ToolPolicy>,
+}
+
+/// A remembered command: its fingerprint, first outcome and when it may be forgotten.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CommandEntry {
+    pub(crate) fingerprint: [u8; 32],
+    pub(crate) outcome: Outcome,
+    pub(crate) expires_at_ms: u64,
+}
+
+/// The serialised part of the ledger. Ordered maps only, so its encoding is deterministic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct State {
+    pub(crate) clock_ms: u64,
+    pub(crate) next_fencing_token: u64,
+    pub(crate) tenants: BTreeMap<String, TenantConfig>,
+    pub(crate) effects: BTreeMap<EffectKey, EffectRecord>,
+    pub(crate) commands: BTreeMap<(Caller, String), CommandEntry>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            clock_ms: 0,
+            next_fencing_token: 1,
+            tenants: BTreeMap::new(),
+            effects: BTreeMap::new(),
+            commands: BTreeMap::new(),
+        }
+    }
+}
+
+/// The effect ledger state machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub(crate) state: State,
+    pub(crate) index: Indexes,
+}
+
+/// A page of records for operators and reconcilers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only this tenant's records.
+    pub tenant: String,
+    /// Only records in this state.
+    pub state: Option<EffectState>,
+    /// Only records of this workflow.
+    pub workflow_id: Option<String>,
+    /// Only records last changed at or before this time (ms): "stuck for a while".
+    pub updated_at_or_before_ms: Option<u64>,
+    /// Start after this key (the last key of the previous page).
+    pub after: Option<EffectKey>,
+    /// At most this many records.
+    pub limit: usize,
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one command at ledger time `now_ms` and returns its outcome.
+    ///
+    /// A command id applied before (by the same caller) returns the first outcome and
+    /// changes nothing; the same id with a different command is refused.
+    pub fn apply(&mut self, command: &Command, now_ms: u64) -> Outcome {
+        let recorded = command.body.is_recorded();
+        let fingerprint = if recorded {
+            if let Err(refusal) = self.admit(command) {
+                return refusal.into();
+            }
+            let fingerprint = fingerprint(&command.body);
+            let id = (command.caller.clone(), command.command_id.clone());
+            if let Some(entry) = self.state.commands.get(&id) {
+                return if entry.fingerprint == fingerprint {
+                    entry.outcome.clone()
+                } else {
+                    Refusal::CommandIdReused(command.command_id.clone()).into()
+                };
+            }
+            Some(fingerprint)
+        } else {
+            None
+        };
+        let now = self.state.clock_ms.max(now_ms);
+        self.state.clock_ms = now;
+        let outcome = self.execute(&command.caller, &command.body, now);
+        if let Some(fingerprint) = fingerprint {
+            self.remember(command, fingerprint, &outcome, now);
+        }
+        outcome
+    }
+
+    /// Checks what must hold before a command id can be remembered: a well-formed id
+    /// from a registered caller. Commands failing this are refused and not remembered.
+    fn admit(&self, command: &Command) -> Result<(), Refusal> {
+        validate_command_id(&command.command_id)?;
+        if let Caller::Tenant(tenant) = &command.caller {
+            validate_tenant(tenant)?;
+            if !self.state.tenants.contains_key(tenant) {
+                return Err(Refusal::UnknownTenant(tenant.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn remember(&mut self, command: &Command, fingerprint: [u8; 32], outcome: &Outcome, now: u64) {
+        let retention_ms = match &command.caller {
+            Caller::Tenant(t) => self.state.tenants[t].settings.command_retention_ms,
+            Caller::Operator => TenantSettings::default().command_retention_ms,
+        };
+        let expires_at_ms = now.saturating_add(retention_ms);
+        let id = (command.caller.clone(), command.command_id.clone());
+        self.index
+            .command_expiry
+            .insert((expires_at_ms, id.0.clone(), id.1.clone()));
+        self.state.commands.insert(
+            id,
+            CommandEntry {
+                fingerprint,
+                outcome: outcome.clone(),
+                expires_at_ms,
+            },
+        );
+    }
+
+    fn execute(&mut self, caller: &Caller, body: &CommandBody, now: u64) -> Outcome {
+        if body.is_operator_only() && *caller != Caller::Operator {
+            return Refusal::NotPermitted {
+                command: body.name().into(),
+            }
+            .into();
+        }
+        if let Some(key) = body.effect_key() {
+            if let Err(refusal) = self.authorize(caller, key) {
+                return refusal.into();
+            }
+        }
+        match body {
+            CommandBody::PutTenant { tenant, settings } => self.put_tenant(tenant, settings),
+            CommandBody::PutToolPolicy {
+                tenant,
+                tool,
+                policy,
+            } => self.put_tool_policy(tenant, tool, policy),
+            CommandBody::Declare { declaration, slots } => self.declare(declaration, *slots, now),
+            CommandBody::Claim {
+                declaration,
+                holder,
+                lease_ms,
+                confirmation,
+            } => self.claim(declaration, holder, *lease_ms, confirmation.as_deref(), now),
+            CommandBody::Heartbeat {
+                key,
+                fencing_token,
+                lease_ms,
+            } => self.heartbeat(key, *fencing_token, *lease_ms, now),
+            CommandBody::Report {
+                key,
+                fencing_token,
+                report,
+            } => self.report(key, *fencing_token, report, now),
+            CommandBody::BeginReconcile {
+                key,
+                holder,
+                lease_ms,
+            } => self.begin_reconcile(key, holder, *lease_ms, now),
+            CommandBody::Observe {
+                key,
+                fencing_token,
+                result,
+                detail,
+            } => self.observe(key, *fencing_token, result, detail, now),
+            CommandBody::Decide {
+                key,
+                decision,
+                operator,
+                note,
+            } => self.decide(key, decision, operator, note, now),
+            CommandBody::ExpireLeases { limit } => self.expire_leases(*limit, now),
+            CommandBody::CollectGarbage { limit } => self.collect_garbage(*limit, now),
+        }
+    }
+
+    /// A tenant may act only on its own effects; the operator on any registered tenant's.
+    fn authorize(&self, caller: &Caller, key: &EffectKey) -> Result<(), Refusal> {
+        if let Caller::Tenant(tenant) = caller {
+            if *tenant != key.tenant {
+                return Err(Refusal::WrongTenant {
+                    caller: tenant.clone(),
+                    owner: key.tenant.clone(),
+                });
+            }
+        }
+        validate_tenant(&key.tenant)?;
+        if !self.state.tenants.contains_key(&key.tenant) {
+            return Err(Refusal::UnknownTenant(key.tenant.clone()));
+        }
+        Ok(())
+    }
+
+    fn put_tenant(&mut self, tenant: &str, settings: &TenantSettings) -> Outcome {
+        if let Err(e) = validate_tenant(tenant) {
+            return e.into();
+        }
+        self.state
+            .tenants
+            .entry(tenant.to_owned())
+            .or_default()
+            .settings = settings.clone();
+        Outcome::Configured
+    }
+
+    fn put_tool_policy(&mut self, tenant: &str, tool: &ToolName, policy: &ToolPolicy) -> Outcome {
+        let Some(config) = self.state.tenants.get_mut(tenant) else {
+            return Refusal::UnknownTenant(tenant.to_owned()).into();
+        };
+        let valid = crate::key::validate_name("tool.provider", &tool.provider)
+            .and_then(|()| crate::key::validate_name("tool.name", &tool.name));
+        if let Err(e) = valid {
+            return e.into();
+        }
+        if let Err(e) = policy.validate() {
+            return Refusal::InvalidPolicy(e).into();
+        }
+        config.tools.insert(tool.clone(), policy.clone());
+        Outcome::Configured
+    }
+
+    /// The policy for a new effect of `tool`; read-only tools have no effects.
+    pub(crate) fn policy_for(&self, tenant: &str, tool: &ToolRef) -> Result<&ToolPolicy, Refusal> {
+        let name = tool.tool_name();
+        let policy = self
+            .state
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.tools.get(&name))
+            .ok_or_else(|| Refusal::UnknownTool(name.clone()))?;
+        if policy.class == ReplayClass::ReadOnly {
+            return Err(Refusal::ReadOnlyTool(name));
+        }
+        Ok(policy)
+    }
+
+    /// Inserts a new record; it must not exist.
+    pub(crate) fn insert_record(&mut self, rec: EffectRecord) {
+        check_record(&rec);
+        let key = rec.key.clone();
+        self.index.replace(&key, None, Some(&Entries::of(&rec)));
+        let previous = self.state.effects.insert(key, rec);
+        assert!(previous.is_none(), "insert_record over an existing record");
+    }
+
+    /// Changes a record through `change` (which also gets the next fencing token to hand
+    /// out), then checks its invariants and that committed never went back, and moves its
+    /// index entries. Panics if the record does not exist: callers look it up first.
+    pub(crate) fn update<R>(
+        &mut self,
+        key: &EffectKey,
+        change: impl FnOnce(&mut EffectRecord, &mut u64) -> R,
+    ) -> R {
+        let rec = self
+            .state
+            .effects
+            .get_mut(key)
+            .expect("update of a record that was looked up");
+        let before = Entries::of(rec);
+        let receipt_before = rec.receipt.clone();
+        let result = change(rec, &mut self.state.next_fencing_token);
+        check_record(rec);
+        if receipt_before.is_some() {
+            assert_eq!(rec.receipt, receipt_before, "{key}: committed changed");
+            assert_eq!(
+                rec.state,
+                EffectState::Committed,
+                "{key}: committed reverted"
+            );
+        }
+        let after = Entries::of(rec);
+        self.index.replace(key, Some(&before), Some(&after));
+        result
+    }
+
+    /// Removes a record (garbage collection).
+    pub(crate) fn remove_record(&mut self, key: &EffectKey) {
+        if let Some(rec) = self.state.effects.remove(key) {
+            self.index.replace(key, Some(&Entries::of(&rec)), None);
+        }
+    }
+
+    /// The record of `key`.
+    pub fn get(&self, key: &EffectKey) -> Option<&EffectRecord> {
+        self.state.effects.get(key)
+    }
+
+    /// A page of records matching `query`, in key order.
+    pub fn list(&self, query: &ListQuery) -> Vec<&EffectRecord> {
+        let start = query.after.clone().map_or_else(
+            || Bound::Included(EffectKey::new(&query.tenant, "", "")),
+            Bound::Excluded,
+        );
+        let in_tenant = |k: &EffectKey| k.tenant == query.tenant;
+        let keep = |rec: &&EffectRecord| {
+            query.state.is_none_or(|s| rec.state == s)
+                && query
+                    .updated_at_or_before_ms
+                    .is_none_or(|t| rec.updated_at_ms <= t)
+                && query
+                    .workflow_id
+                    .as_ref()
+                    .is_none_or(|w| rec.workflow_id == *w)
+        };
+        let keys: Box<dyn Iterator<Item = &EffectKey>> = match (&query.workflow_id, query.state) {
+            (Some(workflow), _) => Box::new(
+                self.index
+                    .by_workflow
+                    .range((
+                        bound_map(&start, |k| {
+                            (query.tenant.clone(), workflow.clone(), k.clone())
+                        }),
+                        Bound::Unbounded,
+                    ))
+                    .take_while(move |(t, w, _)| *t == query.tenant && w == workflow)
+                    .map(|(_, _, k)| k),
+            ),
+            (None, Some(state)) => Box::new(
+                self.index
+                    .by_state
+                    .range((bound_map(&start, |k| (state, k.clone())), Bound::Unbounded))
+                    .take_while(move |(s, k)| *s == state && in_tenant(k))
+                    .map(|(_, k)| k),
+            ),
+            (None, None) => Box::new(
+                self.state
+                    .effects
+                    .range((start, Bound::Unbounded))
+                    .map(|(k, _)| k)
+                    .take_while(move |k| in_tenant(k)),
+            ),
+        };
+        keys.filter_map(|k| self.state.effects.get(k))
+            .filter(keep)
+            .take(query.limit)
+            .collect()
+    }
+
+    /// How many records are in each state.
+    pub fn counts(&self) -> BTreeMap<EffectState, usize> {
+        let mut counts: BTreeMap<EffectState, usize> =
+            EffectState::ALL.iter().map(|s| (*s, 0)).collect();
+        for (state, _) in &self.index.by_state {
+            *counts.entry(*state).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.state.effects.len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        self.state.effects.is_empty()
+    }
+
+    /// Number of remembered command ids.
+    pub fn remembered_commands(&self) -> usize {
+        self.state.commands.len()
+    }
+
+    /// The largest time applied so far (ms).
+    pub fn clock_ms(&self) -> u64 {
+        self.state.clock_ms
+    }
+
+    /// The earliest time at which a lease runs out, if any attempt is open.
+    pub fn next_lease_expiry_ms(&self) -> Option<u64> {
+        self.index.leases.first().map(|(t, _)| *t)
+    }
+
+    /// The earliest time at which a record or command id may be collected.
+    pub fn next_collection_ms(&self) -> Option<u64> {
+        let records = self.index.retention.first().map(|(t, _)| *t);
+        let commands = self.index.command_expiry.first().map(|(t, _, _)| *t);
+        records.into_iter().chain(commands).min()
+    }
+
+    /// A tenant's configuration.
+    pub fn tenant(&self, tenant: &str) -> Option<&TenantConfig> {
+        self.state.tenants.get(tenant)
+    }
+
+    /// All tenants in order.
+    pub fn tenants(&self) -> impl Iterator<Item = (&String, &TenantConfig)> {
+        self.state.tenants.iter()
+    }
+}
+
+fn bound_map<T>(b: &Bound<EffectKey>, f: impl Fn(&EffectKey) -> T) -> Bound<T> {
+    match b {
+        Bound::Included(k) => Bound::Included(f(k)),
+        Bound::Excluded(k) => Bound::Excluded(f(k)),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Asserts a record's invariants. On in release builds: a violation is a bug in this crate
+/// and continuing would replicate a corrupt record.
+fn check_record(rec: &EffectRecord) {
+    if let Err(violation) = rec.check_invariants() {
+        panic!("effect record invariant violated: {violation}");
+    }
+}
+
+/// SHA-256 of the command body's canonical encoding.
+fn fingerprint(body: &CommandBody) -> [u8; 32] {
+    let bytes = bincode::serde::encode_to_vec(body, bincode::config::standard())
+        .expect("encoding a command into memory cannot fail");
+    Sha256::digest(&bytes).into()
+}

@@ -1,0 +1,260 @@
+//! Outcomes: what applying a command answers.
+//!
+//! Domain refusals (a conflict, a stale fencing token, a malformed key) are values that
+//! every replica computes identically, never errors that abort `apply`. A refusal changes
+//! no record.
+
+use serde::{Deserialize, Serialize};
+
+use crate::intent::{IntentError, IntentHash};
+use crate::key::{EffectKey, FieldError};
+use crate::policy::ToolName;
+use crate::record::{EffectState, EscalationReason, Observation};
+
+/// The right to act on an effect now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// 1-based attempt number within the effect.
+    pub attempt_id: u32,
+    /// Send this with every heartbeat, report or observation.
+    pub fencing_token: u64,
+    /// The lease runs out at this ledger time (ms); report or heartbeat before.
+    pub lease_until_ms: u64,
+    /// The idempotency token to send to the provider.
+    pub provider_key: String,
+    /// Until when the provider deduplicates `provider_key`, if it does.
+    pub horizon_deadline_ms: Option<u64>,
+}
+
+/// Same key, different intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentConflict {
+    /// Hash of the intent the effect was declared with.
+    pub stored_hash: IntentHash,
+    /// Hash of the intent offered now.
+    pub offered_hash: IntentHash,
+    /// Top-level intent members that differ (`$` for the whole intent, `(tool)` when the
+    /// tool or its contract version differs).
+    pub differing_fields: Vec<String>,
+}
+
+/// What is known about an effect whose outcome is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unsettled {
+    /// The provider key every attempt sent.
+    pub provider_key: String,
+    /// Dispatch attempts so far.
+    pub dispatches: u32,
+    /// Until when the provider deduplicates the key, if it does.
+    pub horizon_deadline_ms: Option<u64>,
+    /// The latest observation, if any.
+    pub last_observation: Option<Observation>,
+}
+
+/// The answer to a claim (DESIGN.md section 5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClaimOutcome {
+    /// Dispatch now.
+    Proceed(Grant),
+    /// Already committed: return the stored receipt, do nothing.
+    Replay {
+        /// The provider's result.
+        receipt: String,
+    },
+    /// Another attempt is live: wait or poll, do not dispatch.
+    InFlight {
+        /// Its holder.
+        holder: String,
+        /// Its attempt number.
+        attempt_id: u32,
+        /// When its lease runs out (ledger time, ms).
+        lease_until_ms: u64,
+    },
+    /// The outcome is unknown: observe the provider before anything else.
+    Reconcile(Unsettled),
+    /// Same key, different intent.
+    Conflict(IntentConflict),
+    /// Automatic handling has stopped; a person must decide.
+    Escalated {
+        /// Why.
+        reason: EscalationReason,
+    },
+    /// The provider no longer deduplicates the key, so a re-send is not protected:
+    /// reconcile, never re-dispatch blindly.
+    HorizonPassed(Unsettled),
+}
+
+/// The answer to a request to reconcile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReconcileOutcome {
+    /// Observe the provider now and record what it says.
+    Observe(Grant),
+    /// Already committed.
+    Replay {
+        /// The provider's result.
+        receipt: String,
+    },
+    /// Another attempt is live.
+    InFlight {
+        /// Its holder.
+        holder: String,
+        /// Its attempt number.
+        attempt_id: u32,
+        /// When its lease runs out.
+        lease_until_ms: u64,
+    },
+    /// Automatic handling has stopped.
+    Escalated {
+        /// Why.
+        reason: EscalationReason,
+    },
+    /// Nothing is unknown: the effect is in this state.
+    NotNeeded {
+        /// The state.
+        state: EffectState,
+    },
+}
+
+/// Why a command was refused. A refusal changes no record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    /// A field is malformed, empty or too long.
+    #[error(transparent)]
+    InvalidField(#[from] FieldError),
+    /// The intent cannot be canonicalised.
+    #[error(transparent)]
+    InvalidIntent(#[from] IntentError),
+    /// The tenant is not registered.
+    #[error("unknown tenant {0:?}")]
+    UnknownTenant(String),
+    /// The caller acts for another tenant than the effect's.
+    #[error("caller is tenant {caller:?} but the effect belongs to {owner:?}")]
+    WrongTenant {
+        /// The caller's tenant.
+        caller: String,
+        /// The effect's tenant.
+        owner: String,
+    },
+    /// The command is for the operator only.
+    #[error("only the operator may send {command}")]
+    NotPermitted {
+        /// The command's name.
+        command: String,
+    },
+    /// No policy is configured for the tool.
+    #[error("no policy for tool {0}")]
+    UnknownTool(ToolName),
+    /// The tool is read-only and bypasses the ledger.
+    #[error("tool {0} is read-only and bypasses the ledger")]
+    ReadOnlyTool(ToolName),
+    /// The policy is inconsistent.
+    #[error("invalid policy: {0}")]
+    InvalidPolicy(String),
+    /// No record has this key.
+    #[error("no effect {0}")]
+    UnknownEffect(EffectKey),
+    /// The command conflicts with the effect's declaration.
+    #[error("intent conflict: stored {} offered {}", .0.stored_hash, .0.offered_hash)]
+    Conflict(IntentConflict),
+    /// The fencing token is not the effect's open attempt.
+    #[error("fencing token {offered} is stale (latest is {latest:?})")]
+    StaleToken {
+        /// The token sent.
+        offered: u64,
+        /// The newest token of the effect.
+        latest: Option<u64>,
+    },
+    /// The attempt's lease ran out; only a committed fact is still accepted from it.
+    #[error("the lease ran out at {lease_until_ms}")]
+    LeaseExpired {
+        /// When it ran out.
+        lease_until_ms: u64,
+    },
+    /// The token belongs to the other kind of attempt (a report from a reconciler, an
+    /// observation from a dispatcher).
+    #[error("fencing token {0} is not an attempt of the right kind for this command")]
+    WrongAttemptKind(u64),
+    /// The effect is already final in this state.
+    #[error("the effect is already {state}")]
+    AlreadyFinal {
+        /// Its state.
+        state: EffectState,
+    },
+    /// `failed_before_effect` needs a proof.
+    #[error("failed_before_effect needs a proof that nothing started")]
+    ProofRequired,
+    /// The tool's policy requires the user's confirmation.
+    #[error("the tool requires the user's confirmation")]
+    ConfirmationRequired,
+    /// A decision was offered for an effect that is not escalated.
+    #[error("the effect is not escalated")]
+    NotEscalated,
+    /// The command id was used before for a different command.
+    #[error("command id {0:?} was already used for a different command")]
+    CommandIdReused(String),
+}
+
+/// What applying a command answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A tenant or tool policy was stored.
+    Configured,
+    /// The records exist with this intent; `created` is false when all existed already.
+    Declared {
+        /// The keys declared (one, or one per slot).
+        keys: Vec<EffectKey>,
+        /// Whether this command created them.
+        created: bool,
+    },
+    /// The answer to a claim.
+    Claim(ClaimOutcome),
+    /// The lease was extended.
+    LeaseExtended {
+        /// The new end of the lease (ledger time, ms).
+        lease_until_ms: u64,
+    },
+    /// A report was taken; the effect is now in `state`.
+    Reported {
+        /// The effect's state after the report.
+        state: EffectState,
+        /// The stored receipt when committed (the first one, if a later report differs).
+        receipt: Option<String>,
+    },
+    /// The answer to a request to reconcile.
+    Reconcile(ReconcileOutcome),
+    /// An observation was recorded.
+    Observed {
+        /// The effect's state after it.
+        state: EffectState,
+        /// Whether the effect is now escalated.
+        escalated: bool,
+    },
+    /// A decision was recorded.
+    Decided {
+        /// The effect's state after it.
+        state: EffectState,
+    },
+    /// A sweep ran.
+    Swept {
+        /// Attempts whose lease ran out.
+        expired: u32,
+        /// Records and command ids removed.
+        collected: u32,
+        /// Whether more were due than the limit allowed.
+        more: bool,
+    },
+    /// The command was refused; nothing changed.
+    Refused(Refusal),
+}
+
+impl From<Refusal> for Outcome {
+    fn from(r: Refusal) -> Self {
+        Outcome::Refused(r)
+    }
+}
+
+impl From<FieldError> for Outcome {
+    fn from(e: FieldError) -> Self {
+        Outcome::Refused(e.into())
+    }
+}

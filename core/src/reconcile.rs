@@ -1,0 +1,217 @@
+//! Reconciliation and operator decisions (DESIGN.md section 7).
+//!
+//! An unknown outcome is settled by observing the provider, never by guessing. The
+//! observer holds its own fenced attempt; every observation is recorded; ambiguity that
+//! outlives the policy's budget, or a passed horizon on an irreversible tool, escalates
+//! to a person, whose decision is recorded with the escalation it settles.
+
+use crate::attempt::{check_live, check_receipt, commit, stale};
+use crate::claim::{close_if_expired, effective_state, escalate, grant, touch};
+use crate::key::{validate_detail, validate_name, EffectKey};
+use crate::ledger::Ledger;
+use crate::outcome::{Outcome, ReconcileOutcome, Refusal};
+use crate::policy::ReplayClass;
+use crate::record::{
+    AttemptKind, AttemptOutcome, Decision, EffectRecord, EffectState, EscalationReason,
+    Observation, ObservationResult, OperatorDecision,
+};
+
+impl Ledger {
+    pub(crate) fn begin_reconcile(
+        &mut self,
+        key: &EffectKey,
+        holder: &str,
+        lease_ms: Option<u64>,
+        now: u64,
+    ) -> Outcome {
+        if let Err(e) = validate_name("holder", holder) {
+            return e.into();
+        }
+        let Some(rec) = self.get(key) else {
+            return Refusal::UnknownEffect(key.clone()).into();
+        };
+        if let Some(receipt) = &rec.receipt {
+            return ReconcileOutcome::Replay {
+                receipt: receipt.clone(),
+            }
+            .into();
+        }
+        if let Some(e) = &rec.escalation {
+            return ReconcileOutcome::Escalated { reason: e.reason }.into();
+        }
+        if let Some(open) = rec.open_attempt().filter(|a| a.is_live(now)) {
+            return ReconcileOutcome::InFlight {
+                holder: open.holder.clone(),
+                attempt_id: open.attempt_id,
+                lease_until_ms: open.lease_until_ms,
+            }
+            .into();
+        }
+        let state = effective_state(rec, now);
+        if state != EffectState::UnknownAfterDispatch {
+            return ReconcileOutcome::NotNeeded { state }.into();
+        }
+        self.update(key, |rec, next_token| {
+            close_if_expired(rec, now);
+            if let Some(e) = &rec.escalation {
+                return ReconcileOutcome::Escalated { reason: e.reason };
+            }
+            ReconcileOutcome::Observe(grant(
+                rec,
+                next_token,
+                AttemptKind::Reconcile,
+                holder,
+                lease_ms,
+                now,
+            ))
+        })
+        .into()
+    }
+
+    pub(crate) fn observe(
+        &mut self,
+        key: &EffectKey,
+        token: u64,
+        result: &ObservationResult,
+        detail: &str,
+        now: u64,
+    ) -> Outcome {
+        if let Err(e) = validate_detail("detail", detail) {
+            return e.into();
+        }
+        let Some(rec) = self.get(key) else {
+            return Refusal::UnknownEffect(key.clone()).into();
+        };
+        let checked = match result {
+            // A committed observation is a fact, taken from any reconciliation attempt.
+            ObservationResult::Committed { receipt } => match rec.attempt_by_token(token) {
+                None => Err(stale(rec, token)),
+                Some(a) if a.kind != AttemptKind::Reconcile => {
+                    Err(Refusal::WrongAttemptKind(token))
+                }
+                Some(_) => check_receipt(receipt),
+            },
+            _ => check_live(rec, token, AttemptKind::Reconcile, now),
+        };
+        if let Err(refusal) = checked {
+            return refusal.into();
+        }
+        if rec.state == EffectState::Committed {
+            return Outcome::Observed {
+                state: EffectState::Committed,
+                escalated: false,
+            };
+        }
+        self.update(key, |rec, _| {
+            rec.observations.push(Observation {
+                at_ms: now,
+                fencing_token: token,
+                result: result.clone(),
+                detail: detail.to_owned(),
+            });
+            if let Some(open) = rec.open_attempt_mut().filter(|a| a.fencing_token == token) {
+                open.outcome = Some(AttemptOutcome::Observed);
+            }
+            match result {
+                ObservationResult::Committed { receipt } => commit(rec, token, receipt, now),
+                ObservationResult::NotCommitted => settle_not_committed(rec),
+                ObservationResult::StillUnknown => count_ambiguous(rec, now),
+            }
+            touch(rec, now);
+            Outcome::Observed {
+                state: rec.state,
+                escalated: rec.escalation.is_some(),
+            }
+        })
+    }
+
+    pub(crate) fn decide(
+        &mut self,
+        key: &EffectKey,
+        decision: &Decision,
+        operator: &str,
+        note: &str,
+        now: u64,
+    ) -> Outcome {
+        let valid =
+            validate_name("operator", operator).and_then(|()| validate_detail("note", note));
+        if let Err(e) = valid {
+            return e.into();
+        }
+        if let Decision::Committed { receipt } = decision {
+            if let Err(refusal) = check_receipt(receipt) {
+                return refusal.into();
+            }
+        }
+        let Some(rec) = self.get(key) else {
+            return Refusal::UnknownEffect(key.clone()).into();
+        };
+        let Some(escalation) = rec.escalation.clone() else {
+            return Refusal::NotEscalated.into();
+        };
+        self.update(key, |rec, _| {
+            match decision {
+                Decision::Committed { receipt } => {
+                    let latest = rec.latest_token().unwrap_or(0);
+                    commit(rec, latest, receipt, now);
+                }
+                Decision::NotCommitted => {
+                    settle_not_committed(rec);
+                    rec.dispatches_in_budget = 0;
+                    rec.observations_in_budget = 0;
+                    rec.escalation = None;
+                }
+            }
+            rec.decision = Some(OperatorDecision {
+                at_ms: now,
+                operator: operator.to_owned(),
+                decision: decision.clone(),
+                note: note.to_owned(),
+                settled: escalation,
+            });
+            touch(rec, now);
+            Outcome::Decided { state: rec.state }
+        })
+    }
+}
+
+impl From<ReconcileOutcome> for Outcome {
+    fn from(r: ReconcileOutcome) -> Self {
+        Outcome::Reconcile(r)
+    }
+}
+
+/// Proven (by observation or decision) that no dispatch took effect.
+fn settle_not_committed(rec: &mut EffectRecord) {
+    rec.ambiguous = false;
+    rec.state = EffectState::FailedBeforeEffect;
+}
+
+/// Counts one ambiguous observation; escalates when the budget is spent or an
+/// irreversible tool's horizon has passed.
+fn count_ambiguous(rec: &mut EffectRecord, now: u64) {
+    rec.observations_in_budget += 1;
+    if rec.observations_in_budget >= rec.policy.observations_max {
+        escalate(rec, EscalationReason::ObservationBudgetSpent, now);
+    } else if rec.policy.class == ReplayClass::Irreversible && !rec.within_horizon(now) {
+        escalate(rec, EscalationReason::HorizonPassedOnIrreversible, now);
+    }
+}
+
+/// Records that a reconciliation attempt ended without an observation (its lease ran
+/// out): an ambiguous observation like any other, so a crashing reconciler cannot keep an
+/// effect unsettled forever.
+pub(crate) fn record_ambiguous_observation(
+    rec: &mut EffectRecord,
+    token: u64,
+    detail: &str,
+    now: u64,
+) {
+    rec.observations.push(Observation {
+        at_ms: now,
+        fencing_token: token,
+        result: ObservationResult::StillUnknown,
+        detail: detail.to_owned(),
+    });
+    count_ambiguous(rec, now);
+}

@@ -1,0 +1,459 @@
+//! Every claim outcome of DESIGN.md section 5, the replay classes of section 6, declared
+//! multiplicity, and command-id idempotency.
+
+mod common;
+
+use common::*;
+use ledger_core::*;
+
+#[test]
+fn proceed_on_a_new_key_declares_and_grants_in_one_command() {
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g = h.proceed(&d);
+    assert_eq!(g.horizon_deadline_ms, Some(h.now + HORIZON_MS));
+    assert_eq!(h.state(&d), EffectState::InProgress);
+}
+
+#[test]
+fn replay_returns_the_stored_receipt_and_dispatches_nothing() {
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g = h.proceed(&d);
+    h.commit(&d, g.fencing_token, r#"{"refund":"re_1"}"#);
+    let attempts = h.record(&d).attempts.len();
+    assert_eq!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::Replay {
+            receipt: r#"{"refund":"re_1"}"#.into()
+        })
+    );
+    assert_eq!(h.record(&d).attempts.len(), attempts);
+}
+
+#[test]
+fn in_flight_names_the_live_holder() {
+    let mut h = Harness::new();
+    let d = deploy("d-1");
+    h.proceed(&d);
+    match h.claim_as(&d, "server-b", None) {
+        Outcome::Claim(ClaimOutcome::InFlight {
+            holder, attempt_id, ..
+        }) => {
+            assert_eq!((holder.as_str(), attempt_id), ("server-a", 1));
+        }
+        other => panic!("expected in_flight, got {other:?}"),
+    }
+}
+
+#[test]
+fn reconcile_is_required_for_an_unknown_unkeyed_create() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    match h.claim(&d) {
+        Outcome::Claim(ClaimOutcome::Reconcile(u)) => {
+            assert_eq!(u.dispatches, 1);
+            assert_eq!(u.last_observation, None);
+        }
+        other => panic!("expected reconcile, got {other:?}"),
+    }
+}
+
+#[test]
+fn conflict_on_a_slot_count_that_differs_from_the_declaration() {
+    let mut h = Harness::new();
+    let d = message("m-1");
+    h.tenant(CommandBody::Declare {
+        declaration: d.clone(),
+        slots: 3,
+    });
+    match h.tenant(CommandBody::Declare {
+        declaration: d.clone(),
+        slots: 2,
+    }) {
+        Outcome::Refused(Refusal::Conflict(c)) => assert_eq!(c.differing_fields, vec!["(slots)"]),
+        other => panic!("expected conflict, got {other:?}"),
+    }
+    // The plain key cannot be claimed beside its slot group.
+    match h.claim(&d) {
+        Outcome::Refused(Refusal::Conflict(c)) => assert_eq!(c.differing_fields, vec!["(slots)"]),
+        other => panic!("expected conflict, got {other:?}"),
+    }
+}
+
+#[test]
+fn escalated_when_the_dispatch_budget_is_spent() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    for _ in 0..3 {
+        let g = h.proceed(&d);
+        h.report(
+            &d,
+            g.fencing_token,
+            Report::FailedBeforeEffect {
+                proof: "HTTP 429 before processing".into(),
+            },
+        );
+    }
+    let reason = EscalationReason::DispatchBudgetSpent;
+    assert_eq!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::Escalated { reason })
+    );
+    assert!(h.record(&d).escalation.is_some());
+    assert_eq!(h.record(&d).attempts.len(), 3);
+}
+
+#[test]
+fn horizon_passed_when_a_keyed_provider_has_forgotten_the_key() {
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    h.advance(HORIZON_MS);
+    match h.claim(&d) {
+        Outcome::Claim(ClaimOutcome::HorizonPassed(u)) => {
+            assert_eq!(u.horizon_deadline_ms, g.horizon_deadline_ms);
+            assert_eq!(u.provider_key, g.provider_key);
+        }
+        other => panic!("expected horizon_passed, got {other:?}"),
+    }
+    // Reconciliation is the way on.
+    let r = h.reconcile_grant(&d);
+    h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+    let g2 = h.proceed(&d);
+    assert_eq!(g2.horizon_deadline_ms, Some(h.now + HORIZON_MS));
+}
+
+#[test]
+fn keyed_idempotent_unknown_inside_the_horizon_may_resend_with_the_same_key() {
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g1 = h.proceed(&d);
+    h.unknown(&d, g1.fencing_token);
+    h.advance(HORIZON_MS / 2);
+    let g2 = h.proceed(&d);
+    assert_eq!(g2.provider_key, g1.provider_key);
+    // The horizon still counts from the first dispatch the provider may have seen.
+    assert_eq!(g2.horizon_deadline_ms, g1.horizon_deadline_ms);
+}
+
+#[test]
+fn irreversible_tools_need_confirmation_and_stop_at_a_person() {
+    let mut h = Harness::new();
+    let d = message("m-1");
+    assert_eq!(
+        h.claim_as(&d, "server-a", None),
+        Outcome::Refused(Refusal::ConfirmationRequired)
+    );
+    assert!(
+        h.ledger.get(&d.key).is_none(),
+        "a refused claim declares nothing"
+    );
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    h.advance(HORIZON_MS);
+    // Past the horizon, one ambiguous observation ends in escalation.
+    let r = h.reconcile_grant(&d);
+    let out = h.observe(&d, r.fencing_token, ObservationResult::StillUnknown);
+    assert_eq!(
+        out,
+        Outcome::Observed {
+            state: EffectState::UnknownAfterDispatch,
+            escalated: true
+        }
+    );
+    assert_eq!(
+        h.record(&d).escalation.as_ref().unwrap().reason,
+        EscalationReason::HorizonPassedOnIrreversible
+    );
+}
+
+#[test]
+fn unknown_irreversible_effect_is_reconciled_not_resent() {
+    let mut h = Harness::new();
+    let d = message("m-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    assert!(matches!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::Reconcile(_))
+    ));
+}
+
+#[test]
+fn a_retried_long_running_job_returns_the_job_never_a_second_one() {
+    let mut h = Harness::new();
+    let d = deploy("d-1");
+    let g = h.proceed(&d);
+    assert!(matches!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::InFlight { .. })
+    ));
+    h.commit(&d, g.fencing_token, r#"{"job":"job-17"}"#);
+    assert_eq!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::Replay {
+            receipt: r#"{"job":"job-17"}"#.into()
+        })
+    );
+}
+
+#[test]
+fn read_only_tools_bypass_the_ledger() {
+    let mut h = Harness::new();
+    let d = decl(ORDER, "o-1", r#"{"order":"o-1"}"#);
+    let out = h.claim(&d);
+    assert_eq!(
+        out,
+        Outcome::Refused(Refusal::ReadOnlyTool(ToolName {
+            provider: "shop".into(),
+            name: "get_order".into()
+        }))
+    );
+}
+
+#[test]
+fn declared_multiplicity_makes_one_effect_per_slot() {
+    let mut h = Harness::new();
+    let d = message("m-1");
+    let out = h.tenant(CommandBody::Declare {
+        declaration: d.clone(),
+        slots: 3,
+    });
+    let keys: Vec<EffectKey> = (0..3).map(|i| d.key.slot_key(i)).collect();
+    assert_eq!(
+        out,
+        Outcome::Declared {
+            keys: keys.clone(),
+            created: true
+        }
+    );
+    let providers: std::collections::BTreeSet<String> =
+        keys.iter().map(|k| k.provider_key()).collect();
+    assert_eq!(providers.len(), 3);
+    let mut slot1 = d.clone();
+    slot1.key = keys[1].clone();
+    let g = h.proceed(&slot1);
+    h.commit(&slot1, g.fencing_token, "msg-1");
+    assert_eq!(h.record(&slot1).slot, Some(Slot { index: 1, count: 3 }));
+    let mut slot0 = d.clone();
+    slot0.key = keys[0].clone();
+    assert!(matches!(
+        h.claim(&slot0),
+        Outcome::Claim(ClaimOutcome::Proceed(_))
+    ));
+    // An undeclared slot is unknown: claims never create slots.
+    let mut slot7 = d.clone();
+    slot7.key = d.key.slot_key(7);
+    assert_eq!(
+        h.claim(&slot7),
+        Outcome::Refused(Refusal::UnknownEffect(slot7.key.clone()))
+    );
+}
+
+#[test]
+fn a_retried_claim_whose_answer_was_lost_gets_the_same_grant() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let claim = Command {
+        command_id: "claim-t-1-from-server-a".into(),
+        caller: Caller::Tenant(TENANT.into()),
+        body: CommandBody::Claim {
+            declaration: d.clone(),
+            holder: "server-a".into(),
+            lease_ms: None,
+            confirmation: None,
+        },
+    };
+    let first = h.apply(&claim);
+    let snapshot = h.ledger.to_snapshot();
+    h.advance(LEASE_MS / 2);
+    let again = h.apply(&claim);
+    assert_eq!(again, first);
+    assert!(matches!(first, Outcome::Claim(ClaimOutcome::Proceed(_))));
+    assert_eq!(
+        h.ledger.to_snapshot(),
+        snapshot,
+        "a re-applied command id changes nothing"
+    );
+    assert_eq!(h.record(&d).attempts.len(), 1);
+}
+
+#[test]
+fn a_command_id_reused_for_a_different_command_is_refused() {
+    let mut h = Harness::new();
+    let caller = Caller::Tenant(TENANT.into());
+    let first = Command {
+        command_id: "c-1".into(),
+        caller: caller.clone(),
+        body: CommandBody::Declare {
+            declaration: ticket("t-1"),
+            slots: 1,
+        },
+    };
+    let second = Command {
+        body: CommandBody::Declare {
+            declaration: ticket("t-2"),
+            slots: 1,
+        },
+        ..first.clone()
+    };
+    h.apply(&first);
+    assert_eq!(
+        h.apply(&second),
+        Outcome::Refused(Refusal::CommandIdReused("c-1".into()))
+    );
+    assert!(h.ledger.get(&ticket("t-2").key).is_none());
+    // Another caller may use the same id for its own command.
+    let other = Command {
+        caller: Caller::Tenant(OTHER_TENANT.into()),
+        body: CommandBody::Declare {
+            declaration: Declaration {
+                key: EffectKey::new(OTHER_TENANT, "n", "t-2"),
+                ..ticket("t-2")
+            },
+            slots: 1,
+        },
+        ..first
+    };
+    assert!(matches!(
+        h.apply(&other),
+        Outcome::Declared { created: true, .. }
+    ));
+}
+
+#[test]
+fn records_are_collected_after_retention_and_unknown_ones_never() {
+    let mut h = Harness::new();
+    let done = ticket("t-done");
+    let lost = ticket("t-lost");
+    let g = h.proceed(&done);
+    h.commit(&done, g.fencing_token, "T-1");
+    let g = h.proceed(&lost);
+    h.unknown(&lost, g.fencing_token);
+    let gc = |h: &mut Harness| h.operator(CommandBody::CollectGarbage { limit: 1000 });
+    h.advance(RETENTION_MS - 1);
+    gc(&mut h);
+    assert!(h.ledger.get(&done.key).is_some());
+    h.advance(1);
+    assert!(matches!(gc(&mut h), Outcome::Swept { collected, .. } if collected > 0));
+    assert!(h.ledger.get(&done.key).is_none());
+    assert_eq!(h.state(&lost), EffectState::UnknownAfterDispatch);
+    h.advance(100 * RETENTION_MS);
+    gc(&mut h);
+    assert_eq!(h.state(&lost), EffectState::UnknownAfterDispatch);
+    // Command ids are forgotten after their own retention; sweeps are never remembered.
+    assert_eq!(h.ledger.remembered_commands(), 0);
+}
+
+#[test]
+fn sweeps_are_bounded_by_their_limit() {
+    let mut h = Harness::new();
+    for i in 0..5 {
+        h.proceed(&ticket(&format!("t-{i}")));
+    }
+    h.advance(LEASE_MS);
+    let sweep = |h: &mut Harness| h.operator(CommandBody::ExpireLeases { limit: 2 });
+    assert_eq!(
+        sweep(&mut h),
+        Outcome::Swept {
+            expired: 2,
+            collected: 0,
+            more: true
+        }
+    );
+    assert_eq!(
+        sweep(&mut h),
+        Outcome::Swept {
+            expired: 2,
+            collected: 0,
+            more: true
+        }
+    );
+    assert_eq!(
+        sweep(&mut h),
+        Outcome::Swept {
+            expired: 1,
+            collected: 0,
+            more: false
+        }
+    );
+    assert_eq!(h.ledger.counts()[&EffectState::UnknownAfterDispatch], 5);
+}
+
+#[test]
+fn a_crashed_reconciler_counts_against_the_observation_budget() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    for _ in 0..3 {
+        h.reconcile_grant(&d);
+        h.advance(LEASE_MS);
+        h.expire();
+    }
+    assert!(h.record(&d).escalation.is_some());
+    assert_eq!(h.record(&d).observations.len(), 3);
+}
+
+#[test]
+fn list_pages_by_state_and_workflow() {
+    let mut h = Harness::new();
+    for i in 0..5 {
+        let mut d = ticket(&format!("t-{i}"));
+        d.workflow_id = format!("wf-{}", i % 2);
+        let g = h.proceed(&d);
+        if i % 2 == 0 {
+            h.unknown(&d, g.fencing_token);
+        }
+    }
+    let query = ListQuery {
+        tenant: TENANT.into(),
+        state: Some(EffectState::UnknownAfterDispatch),
+        workflow_id: None,
+        updated_at_or_before_ms: None,
+        after: None,
+        limit: 2,
+    };
+    let page1: Vec<String> = h
+        .ledger
+        .list(&query)
+        .iter()
+        .map(|r| r.key.key.clone())
+        .collect();
+    assert_eq!(page1, vec!["t-0", "t-2"]);
+    let next = ListQuery {
+        after: Some(EffectKey::new(TENANT, "agent-runtime", "t-2")),
+        ..query.clone()
+    };
+    let page2: Vec<String> = h
+        .ledger
+        .list(&next)
+        .iter()
+        .map(|r| r.key.key.clone())
+        .collect();
+    assert_eq!(page2, vec!["t-4"]);
+    let by_workflow = ListQuery {
+        state: None,
+        workflow_id: Some("wf-1".into()),
+        limit: 10,
+        ..query.clone()
+    };
+    let keys: Vec<String> = h
+        .ledger
+        .list(&by_workflow)
+        .iter()
+        .map(|r| r.key.key.clone())
+        .collect();
+    assert_eq!(keys, vec!["t-1", "t-3"]);
+    let other_tenant = ListQuery {
+        tenant: OTHER_TENANT.into(),
+        state: None,
+        limit: 10,
+        ..query
+    };
+    assert!(h.ledger.list(&other_tenant).is_empty());
+}
