@@ -1,6 +1,57 @@
 #!/usr/bin/env bash
-# The main job: shows an effect surviving a lost answer and a retry.
-# Until the replicated cluster lands this runs the core state machine on its own.
+# The main job: a local 3-node ledger on RocksDB, and an effect that survives a lost
+# answer, a retry from another tool-server instance, and the crash of the leader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --locked --quiet -p ledger-core --example lost_answer
+
+export DATA=${DATA:-.data/demo}
+export BASE_PORT=${BASE_PORT:-7200}
+bash deploy/cluster.sh stop >/dev/null 2>&1 || true
+rm -rf "$DATA"
+trap 'bash deploy/cluster.sh stop >/dev/null' EXIT
+bash deploy/cluster.sh start
+
+export LEDGER_ENDPOINTS="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
+export LEDGER_API_KEY=${TENANT_KEY:-acme-demo-key-000001}
+ctl() { target/debug/ledgerctl "$@"; }
+KEY=acme/support-bot/wf-981/turn-4/refund
+INTENT='{"order": "o-1", "amount": 500, "currency": "EUR"}'
+step() { printf '\n== %s\n' "$*"; }
+
+step "server-a claims the refund through node 2, a follower (it forwards to the leader)"
+first=$(ctl claim "$KEY" pay/refund "$INTENT" --command-id server-a/claim-1 --holder server-a --endpoint 1)
+echo "$first"
+
+step "the answer is lost; server-a retries the same command id through node 3"
+again=$(ctl claim "$KEY" pay/refund "$INTENT" --command-id server-a/claim-1 --holder server-a --endpoint 2)
+echo "$again"
+[ "$first" = "$again" ] || { echo "FAIL: the retry got a different answer"; exit 1; }
+echo "same grant: one attempt, one provider key"
+
+step "the agent retries through another tool-server instance while server-a is dispatching"
+ctl claim "$KEY" pay/refund '{"currency":"EUR","amount":500.0,"order":"o-1"}' \
+  --command-id server-b/claim-1 --holder server-b
+
+token=$(sed -n 's/.*"fencing_token":\([0-9]*\).*/\1/p' <<<"$first")
+step "server-a reports the provider's answer (fencing token $token)"
+ctl report "$KEY" "$token" committed '{"refund_id":"re_123"}' --command-id server-a/report-1
+
+leader=$(bash deploy/cluster.sh leader | cut -d' ' -f1)
+step "the leader, node $leader, is killed with SIGKILL"
+bash deploy/cluster.sh kill "$leader"
+
+step "the agent retries once more; a surviving node answers with the stored receipt"
+replay=$(ctl claim "$KEY" pay/refund "$INTENT" --command-id server-c/claim-1 --holder server-c)
+echo "$replay"
+grep -q '"Replay"' <<<"$replay" || { echo "FAIL: expected a replay"; exit 1; }
+
+step "a model repair changes the amount: the same key with a different intent is a conflict"
+ctl claim "$KEY" pay/refund '{"order": "o-1", "amount": 5000, "currency": "EUR"}' \
+  --command-id server-c/claim-2 --holder server-c
+
+step "node $leader restarts on its data and catches up"
+bash deploy/cluster.sh restart "$leader"
+sleep 1
+bash deploy/cluster.sh status
+
+printf '\none refund was granted once, replayed after a lost answer, a second instance and a leader crash\n'

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+bash deploy/prereqs.sh
+
 echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"

@@ -40,15 +40,33 @@ impl fmt::Debug for IntentHash {
     }
 }
 
+/// Binary formats (bincode snapshots, the wire) carry the 32 bytes; human-readable ones
+/// (JSON for people and refusal metadata) carry `sha256:<hex>`.
 impl Serialize for IntentHash {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        if s.is_human_readable() {
+            s.serialize_str(&self.to_string())
+        } else {
+            self.0.serialize(s)
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for IntentHash {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        <[u8; 32]>::deserialize(d).map(IntentHash)
+        if !d.is_human_readable() {
+            return <[u8; 32]>::deserialize(d).map(IntentHash);
+        }
+        let text = String::deserialize(d)?;
+        let digits = text
+            .strip_prefix("sha256:")
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(|| de::Error::custom(format!("{text:?} is not sha256:<64 hex digits>")))?;
+        let mut bytes = [0u8; 32];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).map_err(de::Error::custom)?;
+        }
+        Ok(IntentHash(bytes))
     }
 }
 
@@ -509,6 +527,20 @@ mod tests {
             "]".repeat(INTENT_DEPTH_MAX)
         );
         assert!(canonicalize(&ok_depth, &[]).is_ok());
+    }
+
+    #[test]
+    fn hashes_are_hex_for_people_and_bytes_for_machines() {
+        let hash = canonicalize("{}", &[]).unwrap().hash;
+        let json = serde_json::to_string(&hash).unwrap();
+        assert_eq!(json, format!("\"{hash}\""));
+        assert_eq!(serde_json::from_str::<IntentHash>(&json).unwrap(), hash);
+        assert!(serde_json::from_str::<IntentHash>("\"sha256:zz\"").is_err());
+        let bytes = bincode::serde::encode_to_vec(hash, bincode::config::standard()).unwrap();
+        assert_eq!(bytes.len(), 32);
+        let (back, _): (IntentHash, usize) =
+            bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+        assert_eq!(back, hash);
     }
 
     #[test]

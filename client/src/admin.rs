@@ -1,0 +1,141 @@
+//! Cluster administration: each node's status, finding the leader, forming the cluster and
+//! changing its membership.
+
+use std::time::Duration;
+
+use ledger_proto::pb;
+use ledger_proto::pb::admin_client::AdminClient;
+
+use crate::error::ClientError;
+use crate::ledger::LedgerClient;
+
+/// Deadline of one status call; a node that does not answer in this time is down for the
+/// purpose of finding the leader.
+const STATUS_TIMEOUT_MS: u64 = 1_000;
+
+impl LedgerClient {
+    /// The status of endpoint `i`, without retries: it is that node's view that is asked.
+    pub async fn status_of(&self, i: usize) -> Result<pb::StatusResponse, ClientError> {
+        self.status_with(i, false).await
+    }
+
+    /// The status of endpoint `i` with a digest of its whole ledger state, to check that
+    /// replicas agree (costs the node one serialisation of its state).
+    pub async fn status_with_digest(&self, i: usize) -> Result<pb::StatusResponse, ClientError> {
+        self.status_with(i, true).await
+    }
+
+    async fn status_with(
+        &self,
+        i: usize,
+        with_state_digest: bool,
+    ) -> Result<pb::StatusResponse, ClientError> {
+        let t = self.transport();
+        let request = t.request(pb::StatusRequest { with_state_digest });
+        let mut admin = AdminClient::new(t.channel(i));
+        let call = admin.status(request);
+        match tokio::time::timeout(Duration::from_millis(STATUS_TIMEOUT_MS), call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(ClientError::from_status(status)),
+            Err(_) => Err(ClientError::Unavailable {
+                attempts: 1,
+                last: format!("{} did not answer", t.endpoints()[i]),
+            }),
+        }
+    }
+
+    /// The leader's id and address as the first answering node reports it, and makes the
+    /// leader the preferred endpoint. `None` when no node knows a leader.
+    pub async fn find_leader(&self) -> Option<(u64, String)> {
+        for i in 0..self.transport().endpoints().len() {
+            let Ok(status) = self.status_of(i).await else {
+                continue;
+            };
+            let Some(leader) = status.leader_id else {
+                continue;
+            };
+            let addr = status
+                .voters
+                .iter()
+                .chain(&status.learners)
+                .find(|m| m.node_id == leader)
+                .map(|m| m.addr.clone())?;
+            self.transport().prefer(&addr);
+            return Some((leader, addr));
+        }
+        None
+    }
+
+    /// Waits until some node knows a leader, up to `timeout_ms`.
+    pub async fn wait_for_leader(&self, timeout_ms: u64) -> Result<(u64, String), ClientError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            if let Some(leader) = self.find_leader().await {
+                return Ok(leader);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Unavailable {
+                    attempts: 0,
+                    last: format!("no leader within {timeout_ms} ms"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Forms a new cluster of `members` (id, address) through the first endpoint.
+    pub async fn initialize(&self, members: &[(u64, String)]) -> Result<(), ClientError> {
+        let t = self.transport();
+        let message = pb::InitializeRequest {
+            members: members
+                .iter()
+                .map(|(id, addr)| pb::Member {
+                    node_id: *id,
+                    addr: addr.clone(),
+                })
+                .collect(),
+        };
+        AdminClient::new(t.channel(0))
+            .initialize(t.request(message))
+            .await
+            .map(|_| ())
+            .map_err(ClientError::from_status)
+    }
+
+    /// Adds a learner (it catches up before this returns).
+    pub async fn add_learner(
+        &self,
+        node_id: u64,
+        addr: &str,
+    ) -> Result<pb::MembershipResponse, ClientError> {
+        let t = self.transport();
+        let message = pb::AddLearnerRequest {
+            member: Some(pb::Member {
+                node_id,
+                addr: addr.to_owned(),
+            }),
+        };
+        t.call(|ch| {
+            let request = t.request(message.clone());
+            async move { AdminClient::new(ch).add_learner(request).await }
+        })
+        .await
+        .map(|r| r.into_inner())
+    }
+
+    /// Makes `voters` the voting members.
+    pub async fn change_membership(
+        &self,
+        voters: Vec<u64>,
+        retain: bool,
+    ) -> Result<pb::MembershipResponse, ClientError> {
+        let t = self.transport();
+        let message = pb::ChangeMembershipRequest { voters, retain };
+        t.call(|ch| {
+            let request = t.request(message.clone());
+            async move { AdminClient::new(ch).change_membership(request).await }
+        })
+        .await
+        .map(|r| r.into_inner())
+    }
+}

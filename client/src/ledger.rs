@@ -1,0 +1,289 @@
+//! [`LedgerClient`]: the ledger API in core types, over any node, with safe retries.
+//!
+//! Each method takes the command id the caller chose for this command. Keep it for every
+//! retry of the same intention: a lost answer followed by a retry with the same id returns
+//! the first outcome (the same grant), never a second attempt. A new intention needs a new
+//! id. Refusals come back as [`ClientError::Refused`] with the core's typed refusal.
+
+use tonic::transport::Channel;
+
+use ledger_core::{
+    ClaimOutcome, Decision, Declaration, EffectKey, EffectRecord, EffectState, ListQuery,
+    ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantSettings, ToolName,
+    ToolPolicy,
+};
+use ledger_proto::pb;
+use ledger_proto::pb::admin_client::AdminClient;
+use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
+
+use crate::error::ClientError;
+use crate::transport::{RetryPolicy, Transport};
+
+/// A client of the ledger cluster.
+#[derive(Clone)]
+pub struct LedgerClient {
+    transport: Transport,
+}
+
+fn malformed(e: impl std::fmt::Display) -> ClientError {
+    ClientError::Malformed(e.to_string())
+}
+
+fn unexpected(outcome: Outcome) -> ClientError {
+    match outcome {
+        Outcome::Refused(r) => ClientError::Refused(r),
+        other => ClientError::Malformed(format!("unexpected outcome {other:?}")),
+    }
+}
+
+impl LedgerClient {
+    /// A client of the nodes at `endpoints` (`host:port`) with the default retry policy.
+    pub fn new(endpoints: Vec<String>, api_key: &str) -> Result<Self, ClientError> {
+        Self::with_retry(endpoints, api_key, RetryPolicy::default())
+    }
+
+    /// A client with an explicit retry policy.
+    pub fn with_retry(
+        endpoints: Vec<String>,
+        api_key: &str,
+        retry: RetryPolicy,
+    ) -> Result<Self, ClientError> {
+        Ok(LedgerClient {
+            transport: Transport::new(endpoints, api_key, retry)?,
+        })
+    }
+
+    /// The transport, for calls this type does not wrap.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    fn grpc(channel: Channel) -> Grpc<Channel> {
+        Grpc::new(channel)
+    }
+
+    /// Persists the record(s) of an effect; `slots > 1` declares one effect per slot.
+    /// Returns the keys and whether this call created them.
+    pub async fn declare(
+        &self,
+        command_id: &str,
+        declaration: Declaration,
+        slots: u32,
+    ) -> Result<(Vec<EffectKey>, bool), ClientError> {
+        let message = pb::DeclareRequest::new(command_id, declaration, slots);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).declare(request).await }
+            })
+            .await?;
+        match Outcome::try_from(response.into_inner()).map_err(malformed)? {
+            Outcome::Declared { keys, created } => Ok((keys, created)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Asks to dispatch the effect (declaring it if new).
+    pub async fn claim(
+        &self,
+        command_id: &str,
+        declaration: Declaration,
+        holder: &str,
+        lease_ms: Option<u64>,
+        confirmation: Option<String>,
+    ) -> Result<ClaimOutcome, ClientError> {
+        let message =
+            pb::ClaimRequest::new(command_id, declaration, holder, lease_ms, confirmation);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).claim(request).await }
+            })
+            .await?;
+        ClaimOutcome::try_from(response.into_inner()).map_err(malformed)
+    }
+
+    /// Extends the lease of the attempt holding `fencing_token`; returns its new end.
+    pub async fn heartbeat(
+        &self,
+        command_id: &str,
+        key: EffectKey,
+        fencing_token: u64,
+        lease_ms: Option<u64>,
+    ) -> Result<u64, ClientError> {
+        let message = pb::HeartbeatRequest::new(command_id, key, fencing_token, lease_ms);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).heartbeat(request).await }
+            })
+            .await?;
+        Ok(response.into_inner().lease_until_ms)
+    }
+
+    /// Reports how a dispatch attempt ended; returns the effect's state and receipt.
+    pub async fn report(
+        &self,
+        command_id: &str,
+        key: EffectKey,
+        fencing_token: u64,
+        report: Report,
+    ) -> Result<(EffectState, Option<String>), ClientError> {
+        let message = pb::ReportRequest::new(command_id, key, fencing_token, report);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).report(request).await }
+            })
+            .await?;
+        match Outcome::try_from(response.into_inner()).map_err(malformed)? {
+            Outcome::Reported { state, receipt } => Ok((state, receipt)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Asks for a fenced reconciliation attempt.
+    pub async fn begin_reconcile(
+        &self,
+        command_id: &str,
+        key: EffectKey,
+        holder: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<ReconcileOutcome, ClientError> {
+        let message = pb::BeginReconcileRequest::new(command_id, key, holder, lease_ms);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).begin_reconcile(request).await }
+            })
+            .await?;
+        ReconcileOutcome::try_from(response.into_inner()).map_err(malformed)
+    }
+
+    /// Records an observation; returns the effect's state and whether it escalated.
+    pub async fn observe(
+        &self,
+        command_id: &str,
+        key: EffectKey,
+        fencing_token: u64,
+        result: ObservationResult,
+        detail: &str,
+    ) -> Result<(EffectState, bool), ClientError> {
+        let message = pb::ObserveRequest::new(command_id, key, fencing_token, result, detail);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).observe(request).await }
+            })
+            .await?;
+        match Outcome::try_from(response.into_inner()).map_err(malformed)? {
+            Outcome::Observed { state, escalated } => Ok((state, escalated)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Records an operator's decision on an escalated effect (operator key).
+    pub async fn decide(
+        &self,
+        command_id: &str,
+        key: EffectKey,
+        decision: Decision,
+        operator: &str,
+        note: &str,
+    ) -> Result<EffectState, ClientError> {
+        let message = pb::DecideRequest::new(command_id, key, decision, operator, note);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).decide(request).await }
+            })
+            .await?;
+        match Outcome::try_from(response.into_inner()).map_err(malformed)? {
+            Outcome::Decided { state } => Ok(state),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The record of `key`, read linearizably; `None` when it does not exist.
+    pub async fn get(&self, key: EffectKey) -> Result<Option<EffectRecord>, ClientError> {
+        let message = pb::GetRequest::from(key);
+        let t = &self.transport;
+        let result = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).get(request).await }
+            })
+            .await;
+        match result {
+            Ok(response) => {
+                let record = response
+                    .into_inner()
+                    .record
+                    .ok_or_else(|| malformed("record is missing"))?;
+                EffectRecord::try_from(record).map(Some).map_err(malformed)
+            }
+            Err(ClientError::Refused(Refusal::UnknownEffect(_))) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A page of records, read linearizably.
+    pub async fn list(&self, query: ListQuery) -> Result<Vec<EffectRecord>, ClientError> {
+        let message = pb::ListRequest::from(query);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).list(request).await }
+            })
+            .await?;
+        response
+            .into_inner()
+            .records
+            .into_iter()
+            .map(|r| EffectRecord::try_from(r).map_err(malformed))
+            .collect()
+    }
+
+    /// Registers a tenant or changes its settings (operator key).
+    pub async fn put_tenant(
+        &self,
+        command_id: &str,
+        tenant: &str,
+        settings: TenantSettings,
+    ) -> Result<(), ClientError> {
+        let message = pb::PutTenantRequest::new(command_id, tenant, settings);
+        let t = &self.transport;
+        t.call(|ch| {
+            let request = t.request(message.clone());
+            async move { AdminClient::new(ch).put_tenant(request).await }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Sets a tool's policy for a tenant (operator key).
+    pub async fn put_tool_policy(
+        &self,
+        command_id: &str,
+        tenant: &str,
+        tool: ToolName,
+        policy: ToolPolicy,
+    ) -> Result<(), ClientError> {
+        let message = pb::PutToolPolicyRequest::new(command_id, tenant, tool, policy);
+        let t = &self.transport;
+        t.call(|ch| {
+            let request = t.request(message.clone());
+            async move { AdminClient::new(ch).put_tool_policy(request).await }
+        })
+        .await
+        .map(|_| ())
+    }
+}

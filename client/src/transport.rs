@@ -1,0 +1,175 @@
+//! Reaching the cluster: a list of node endpoints, lazily connected channels, leader
+//! preference, and retries.
+//!
+//! Every node accepts every call (followers forward to the leader), so any endpoint will
+//! do; the client prefers the leader to save a hop and moves on when a node does not
+//! answer. A retry re-sends the *same* request, command id included: if the first attempt
+//! was applied and only its answer was lost, the ledger returns the first outcome instead
+//! of applying it twice.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::error::ClientError;
+
+/// How calls are retried.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts per call, the first included.
+    pub attempts: u32,
+    /// Pause before the first retry; doubles up to `backoff_ms_max`.
+    pub backoff_ms: u64,
+    /// Longest pause between retries.
+    pub backoff_ms_max: u64,
+    /// Deadline of one attempt.
+    pub attempt_timeout_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 10,
+            backoff_ms: 50,
+            backoff_ms_max: 1_000,
+            attempt_timeout_ms: 6_000,
+        }
+    }
+}
+
+/// Endpoints, channels and the retry loop shared by every call.
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoints: Vec<String>,
+    channels: Mutex<Vec<Option<Channel>>>,
+    preferred: AtomicUsize,
+    authorization: String,
+    retry: RetryPolicy,
+}
+
+/// Whether a failed attempt may be retried (on this or another node). Only failures that
+/// say nothing about the command's fate qualify; the same command id makes the retry safe.
+pub fn retryable(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::ResourceExhausted
+            | Code::Unknown
+            | Code::Internal
+    ) && crate::error::refusal_of(status).is_none()
+}
+
+impl Transport {
+    /// A transport over `endpoints` (`host:port`), authenticating with `api_key`.
+    pub fn new(
+        endpoints: Vec<String>,
+        api_key: &str,
+        retry: RetryPolicy,
+    ) -> Result<Self, ClientError> {
+        if endpoints.is_empty() {
+            return Err(ClientError::Config("no endpoints".into()));
+        }
+        for e in &endpoints {
+            Endpoint::from_shared(format!("http://{e}"))
+                .map_err(|err| ClientError::Config(format!("bad endpoint {e}: {err}")))?;
+        }
+        let channels = Mutex::new(vec![None; endpoints.len()]);
+        Ok(Transport {
+            inner: Arc::new(Inner {
+                endpoints,
+                channels,
+                preferred: AtomicUsize::new(0),
+                authorization: format!("Bearer {api_key}"),
+                retry,
+            }),
+        })
+    }
+
+    /// The endpoints, in configuration order.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// Prefers `addr` for the next calls, if it is one of the endpoints.
+    pub fn prefer(&self, addr: &str) {
+        if let Some(i) = self.inner.endpoints.iter().position(|e| e == addr) {
+            self.inner.preferred.store(i, Ordering::Relaxed);
+        }
+    }
+
+    /// The channel to endpoint `i`.
+    pub fn channel(&self, i: usize) -> Channel {
+        let mut channels = self.inner.channels.lock().expect("channel lock");
+        channels[i]
+            .get_or_insert_with(|| {
+                Endpoint::from_shared(format!("http://{}", self.inner.endpoints[i]))
+                    .expect("validated in new")
+                    .connect_timeout(Duration::from_millis(500))
+                    .tcp_nodelay(true)
+                    .connect_lazy()
+            })
+            .clone()
+    }
+
+    /// Wraps `message` with the caller's credentials.
+    pub fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        if let Ok(value) = self.inner.authorization.parse() {
+            request.metadata_mut().insert("authorization", value);
+        }
+        request
+    }
+
+    /// Runs `call` against the preferred endpoint, moving to the next one and retrying
+    /// (the same request, built again by `call` with [`Transport::request`]) while failures
+    /// are retryable.
+    pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let retry = &self.inner.retry;
+        let mut backoff_ms = retry.backoff_ms;
+        let mut last = None;
+        for attempt in 0..retry.attempts {
+            let i = self.inner.preferred.load(Ordering::Relaxed) % self.inner.endpoints.len();
+            let fut = call(self.channel(i));
+            let timeout = Duration::from_millis(retry.attempt_timeout_ms);
+            let status = match tokio::time::timeout(timeout, fut).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(status)) if !retryable(&status) => {
+                    return Err(ClientError::from_status(status))
+                }
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded(format!(
+                    "no answer from {} in {} ms",
+                    self.inner.endpoints[i], retry.attempt_timeout_ms
+                )),
+            };
+            tracing::debug!(endpoint = %self.inner.endpoints[i], attempt, error = %status, "retrying");
+            // Next endpoint; a healthy one becomes preferred by answering.
+            self.inner
+                .preferred
+                .store((i + 1) % self.inner.endpoints.len(), Ordering::Relaxed);
+            last = Some(status);
+            if attempt + 1 < retry.attempts {
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(retry.backoff_ms_max);
+            }
+        }
+        Err(ClientError::Unavailable {
+            attempts: retry.attempts,
+            last: last.map(|s| s.message().to_owned()).unwrap_or_default(),
+        })
+    }
+}

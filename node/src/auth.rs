@@ -1,0 +1,60 @@
+//! Authentication: a bearer API key names the caller, a tenant or the operator.
+//!
+//! The node authenticates; the state machine authorises (a tenant may act only on its own
+//! effects, only the operator may configure or decide), so the rule is applied identically
+//! on every replica whichever node accepted the call.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ledger_core::Caller;
+
+use crate::config::NodeConfig;
+use crate::error::NodeError;
+
+/// The API keys a node accepts.
+#[derive(Clone)]
+pub struct Authenticator {
+    keys: Arc<BTreeMap<String, Caller>>,
+}
+
+impl Authenticator {
+    /// The keys of `config`.
+    pub fn new(config: &NodeConfig) -> Self {
+        let keys = config
+            .api_keys
+            .iter()
+            .filter_map(|k| config.caller_for(&k.key).map(|c| (k.key.clone(), c)))
+            .collect();
+        Authenticator {
+            keys: Arc::new(keys),
+        }
+    }
+
+    /// The caller a request's `authorization: Bearer <key>` names.
+    pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Caller, NodeError> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .ok_or_else(|| NodeError::Unauthenticated("no authorization header".into()))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .ok_or_else(|| NodeError::Unauthenticated("expected `Bearer <api key>`".into()))?;
+        self.keys
+            .get(token)
+            .cloned()
+            .ok_or_else(|| NodeError::Unauthenticated("unknown api key".into()))
+    }
+
+    /// The caller, who must be the operator.
+    pub fn operator<T>(&self, request: &tonic::Request<T>) -> Result<(), NodeError> {
+        match self.caller(request)? {
+            Caller::Operator => Ok(()),
+            Caller::Tenant(t) => Err(NodeError::PermissionDenied(format!(
+                "tenant {t} may not use the admin service"
+            ))),
+        }
+    }
+}

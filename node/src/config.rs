@@ -1,0 +1,353 @@
+//! Node configuration: a TOML file, with the few per-node values overridable by flags.
+//!
+//! Everything has a default except the node id, the listen address and the data folder,
+//! so a three-node cluster on loopback needs three lines per node (see `deploy/`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use ledger_core::Caller;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this configuration.
+    #[error("invalid configuration {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A flag is unknown or lacks its value.
+    #[error("{0}")]
+    Flag(String),
+    /// The values do not make sense together.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Where the node keeps its Raft log, vote and snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageKind {
+    /// RocksDB under `data_dir` (the default; survives crashes).
+    #[default]
+    Rocksdb,
+    /// In memory; lost when the process ends. For experiments only.
+    Memory,
+}
+
+/// One API key and whom it authenticates.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// The bearer token callers send (`authorization: Bearer <key>`).
+    pub key: String,
+    /// The tenant it acts for; absent for the operator key.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Whether it is an operator key (configuration, decisions, membership).
+    #[serde(default)]
+    pub operator: bool,
+}
+
+/// Raft timing and log compaction.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftSettings {
+    /// Leader heartbeat interval.
+    pub heartbeat_interval_ms: u64,
+    /// Shortest election timeout.
+    pub election_timeout_min_ms: u64,
+    /// Longest election timeout.
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many log entries since the last one.
+    pub snapshot_after_logs: u64,
+    /// Log entries kept behind the snapshot so lagging followers catch up from the log.
+    pub logs_kept_after_snapshot: u64,
+    /// Most entries in one AppendEntries message.
+    pub max_payload_entries: u64,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        RaftSettings {
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 1000,
+            snapshot_after_logs: 10_000,
+            logs_kept_after_snapshot: 1_000,
+            max_payload_entries: 32,
+        }
+    }
+}
+
+/// Group commit: how client commands are batched into Raft entries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProposerSettings {
+    /// Most commands in one Raft entry.
+    pub max_batch_commands: usize,
+    /// Approximate upper bound of one entry's size.
+    pub max_batch_bytes: usize,
+    /// Entries proposed and not yet committed at once; commands arriving meanwhile wait
+    /// and form the next batch.
+    pub max_in_flight_batches: usize,
+    /// Commands waiting for a batch before callers are told the node is overloaded.
+    pub queue_capacity: usize,
+    /// How long a command may take from arrival to outcome before the caller is told to
+    /// retry (with the same command id).
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ProposerSettings {
+    fn default() -> Self {
+        ProposerSettings {
+            max_batch_commands: 512,
+            max_batch_bytes: 1 << 20,
+            max_in_flight_batches: 2,
+            queue_capacity: 16_384,
+            request_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// The leader's sweeper, which proposes lease expiry and garbage collection.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweeperSettings {
+    /// How often the leader looks for expired leases and collectable records.
+    pub interval_ms: u64,
+    /// Most records one sweep command touches.
+    pub limit: u32,
+}
+
+impl Default for SweeperSettings {
+    fn default() -> Self {
+        SweeperSettings {
+            interval_ms: 200,
+            limit: 1_000,
+        }
+    }
+}
+
+/// A node's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's Raft id; unique in the cluster, never reused.
+    pub node_id: u64,
+    /// Where the gRPC services listen.
+    pub listen_addr: SocketAddr,
+    /// The address peers and clients dial (`host:port`); `listen_addr` when absent.
+    #[serde(default)]
+    pub advertise_addr: Option<String>,
+    /// Folder for the RocksDB store.
+    pub data_dir: PathBuf,
+    /// Storage engine.
+    #[serde(default)]
+    pub storage: StorageKind,
+    /// Shared by the cluster's nodes: authenticates the internal Raft service.
+    pub cluster_secret: String,
+    /// API keys of tenants and the operator.
+    #[serde(default)]
+    pub api_keys: Vec<ApiKey>,
+    /// Raft timing and compaction.
+    #[serde(default)]
+    pub raft: RaftSettings,
+    /// Group commit.
+    #[serde(default)]
+    pub proposer: ProposerSettings,
+    /// The leader's sweeper.
+    #[serde(default)]
+    pub sweeper: SweeperSettings,
+}
+
+impl NodeConfig {
+    /// Parses a configuration from TOML text.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Loads `--config <file>` and applies the flags that override it:
+    /// `--node-id`, `--listen`, `--advertise`, `--data-dir`.
+    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, ConfigError> {
+        let mut flags = BTreeMap::new();
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let known = [
+                "--config",
+                "--node-id",
+                "--listen",
+                "--advertise",
+                "--data-dir",
+            ];
+            if !known.contains(&flag.as_str()) {
+                return Err(ConfigError::Flag(format!(
+                    "unknown flag {flag}; usage: ledger-node --config <file> [--node-id N] \
+                     [--listen ip:port] [--advertise host:port] [--data-dir path]"
+                )));
+            }
+            let value = args
+                .next()
+                .ok_or_else(|| ConfigError::Flag(format!("{flag} needs a value")))?;
+            flags.insert(flag, value);
+        }
+        let path = PathBuf::from(
+            flags
+                .remove("--config")
+                .ok_or_else(|| ConfigError::Flag("--config <file> is required".into()))?,
+        );
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let mut config: NodeConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if let Some(v) = flags.remove("--node-id") {
+            config.node_id = v
+                .parse()
+                .map_err(|_| ConfigError::Flag(format!("--node-id {v} is not a number")))?;
+        }
+        if let Some(v) = flags.remove("--listen") {
+            config.listen_addr = v
+                .parse()
+                .map_err(|_| ConfigError::Flag(format!("--listen {v} is not ip:port")))?;
+        }
+        if let Some(v) = flags.remove("--advertise") {
+            config.advertise_addr = Some(v);
+        }
+        if let Some(v) = flags.remove("--data-dir") {
+            config.data_dir = v.into();
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The address peers and clients dial.
+    pub fn advertised(&self) -> String {
+        self.advertise_addr
+            .clone()
+            .unwrap_or_else(|| self.listen_addr.to_string())
+    }
+
+    /// Whom an API key authenticates.
+    pub fn caller_for(&self, key: &str) -> Option<Caller> {
+        self.api_keys
+            .iter()
+            .find(|k| k.key == key)
+            .map(|k| match (&k.tenant, k.operator) {
+                (_, true) => Caller::Operator,
+                (Some(t), false) => Caller::Tenant(t.clone()),
+                (None, false) => unreachable!("validated: a key is a tenant's or the operator's"),
+            })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.cluster_secret.len() < 16 {
+            return invalid("cluster_secret must be at least 16 characters".into());
+        }
+        for key in &self.api_keys {
+            if key.key.len() < 16 {
+                return invalid("api keys must be at least 16 characters".into());
+            }
+            if key.operator == key.tenant.is_some() {
+                return invalid(format!(
+                    "api key ending {:?} must name a tenant or be the operator key, not both",
+                    &key.key[key.key.len() - 4..]
+                ));
+            }
+            if let Some(t) = &key.tenant {
+                if let Err(e) = ledger_core::key::validate_tenant(t) {
+                    return invalid(e.to_string());
+                }
+            }
+        }
+        let r = &self.raft;
+        if r.heartbeat_interval_ms == 0 || r.election_timeout_min_ms <= r.heartbeat_interval_ms {
+            return invalid("election_timeout_min_ms must exceed heartbeat_interval_ms > 0".into());
+        }
+        if r.election_timeout_max_ms <= r.election_timeout_min_ms {
+            return invalid("election_timeout_max_ms must exceed election_timeout_min_ms".into());
+        }
+        let p = &self.proposer;
+        if p.max_batch_commands == 0 || p.max_in_flight_batches == 0 || p.queue_capacity == 0 {
+            return invalid("proposer sizes must be positive".into());
+        }
+        if self.sweeper.limit == 0 || self.sweeper.limit > ledger_core::limits::SWEEP_LIMIT_MAX {
+            return invalid(format!(
+                "sweeper.limit must be in 1..={}",
+                ledger_core::limits::SWEEP_LIMIT_MAX
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        node_id = 1
+        listen_addr = "127.0.0.1:7001"
+        data_dir = "/tmp/ledger-1"
+        cluster_secret = "0123456789abcdef"
+        [[api_keys]]
+        key = "tenant-acme-key-0001"
+        tenant = "acme"
+        [[api_keys]]
+        key = "operator-key-00001"
+        operator = true
+    "#;
+
+    #[test]
+    fn minimal_config_gets_defaults_and_maps_keys() {
+        let c = NodeConfig::from_toml(MINIMAL, Path::new("x.toml")).unwrap();
+        assert_eq!(c.storage, StorageKind::Rocksdb);
+        assert_eq!(c.raft.heartbeat_interval_ms, 100);
+        assert_eq!(c.advertised(), "127.0.0.1:7001");
+        assert_eq!(
+            c.caller_for("tenant-acme-key-0001"),
+            Some(Caller::Tenant("acme".into()))
+        );
+        assert_eq!(c.caller_for("operator-key-00001"), Some(Caller::Operator));
+        assert_eq!(c.caller_for("nope"), None);
+    }
+
+    #[test]
+    fn bad_configs_are_typed_errors() {
+        for bad in [
+            MINIMAL.replace("node_id = 1", "node_id = \"one\""),
+            MINIMAL.replace("0123456789abcdef", "short"),
+            MINIMAL.replace("tenant = \"acme\"", "tenant = \"acme\"\noperator = true"),
+            format!("{MINIMAL}\n[raft]\nelection_timeout_min_ms = 50"),
+            format!("{MINIMAL}\nunknown_field = 3"),
+        ] {
+            assert!(
+                NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

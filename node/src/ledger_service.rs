@@ -1,0 +1,170 @@
+//! The public `Ledger` gRPC service: authenticate, turn the request into a core command,
+//! apply it through Raft wherever the leader is, and answer with the outcome.
+//!
+//! Every call is logged in a span carrying the effect key and command id, so one effect's
+//! story can be followed across nodes. Malformed requests are INVALID_ARGUMENT before
+//! anything is proposed; refusals come back from the state machine as values and are
+//! mapped to statuses in `ledger_proto::status`.
+
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use ledger_core::{Caller, Outcome};
+use ledger_proto::convert::{IntoCommand, OutcomeError};
+use ledger_proto::{outcome_to_response, pb, refusal_to_status};
+
+use crate::auth::Authenticator;
+use crate::error::NodeError;
+use crate::node::LedgerNode;
+use crate::wire::{ListSpec, ReadRequest, ReadResponse};
+
+/// Serves the ledger API on one node.
+pub struct LedgerService {
+    node: LedgerNode,
+    auth: Authenticator,
+}
+
+impl LedgerService {
+    /// The service for `node`.
+    pub fn new(node: LedgerNode, auth: Authenticator) -> Self {
+        LedgerService { node, auth }
+    }
+
+    /// Authenticates, converts, applies, answers.
+    async fn apply<Req, Resp>(&self, request: Request<Req>) -> Result<Response<Resp>, Status>
+    where
+        Req: IntoCommand,
+        Resp: TryFrom<Outcome, Error = OutcomeError>,
+    {
+        let caller = self.auth.caller(&request)?;
+        let command = request.into_inner().into_command(caller)?;
+        let effect = command
+            .body
+            .effect_key()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let span = tracing::info_span!(
+            "ledger",
+            command = command.body.name(),
+            %effect,
+            command_id = %command.command_id,
+        );
+        async {
+            let outcome = self.node.submit(command).await?;
+            if let Outcome::Refused(refusal) = &outcome {
+                tracing::info!(%refusal, "refused");
+            } else {
+                tracing::debug!(?outcome, "applied");
+            }
+            outcome_to_response(outcome).map(Response::new)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The tenant whose records `caller` may read.
+    fn check_reader(caller: &Caller, tenant: &str) -> Result<(), Status> {
+        match caller {
+            Caller::Tenant(t) if t != tenant => {
+                Err(refusal_to_status(&ledger_core::Refusal::WrongTenant {
+                    caller: t.clone(),
+                    owner: tenant.to_owned(),
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::ledger_server::Ledger for LedgerService {
+    async fn declare(
+        &self,
+        request: Request<pb::DeclareRequest>,
+    ) -> Result<Response<pb::DeclareResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn claim(
+        &self,
+        request: Request<pb::ClaimRequest>,
+    ) -> Result<Response<pb::ClaimResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn begin_reconcile(
+        &self,
+        request: Request<pb::BeginReconcileRequest>,
+    ) -> Result<Response<pb::BeginReconcileResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn observe(
+        &self,
+        request: Request<pb::ObserveRequest>,
+    ) -> Result<Response<pb::ObserveResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn decide(
+        &self,
+        request: Request<pb::DecideRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        self.apply(request).await
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let caller = self.auth.caller(&request)?;
+        let key = ledger_core::EffectKey::try_from(request.into_inner())?;
+        Self::check_reader(&caller, &key.tenant)?;
+        match self.node.read(ReadRequest::Get(key.clone())).await? {
+            ReadResponse::Record(Some(record)) => Ok(Response::new(pb::GetResponse {
+                record: Some((*record).into()),
+            })),
+            ReadResponse::Record(None) => {
+                Err(refusal_to_status(&ledger_core::Refusal::UnknownEffect(key)))
+            }
+            other => Err(NodeError::Internal(format!("unexpected read answer {other:?}")).into()),
+        }
+    }
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        let caller = self.auth.caller(&request)?;
+        let query = ledger_core::ListQuery::try_from(request.into_inner())?;
+        Self::check_reader(&caller, &query.tenant)?;
+        let spec = ListSpec {
+            tenant: query.tenant,
+            state: query.state,
+            workflow_id: query.workflow_id,
+            updated_at_or_before_ms: query.updated_at_or_before_ms,
+            after: query.after,
+            limit: query.limit,
+        };
+        match self.node.read(ReadRequest::List(spec)).await? {
+            ReadResponse::Records(records) => Ok(Response::new(pb::ListResponse {
+                records: records.into_iter().map(Into::into).collect(),
+            })),
+            other => Err(NodeError::Internal(format!("unexpected read answer {other:?}")).into()),
+        }
+    }
+}

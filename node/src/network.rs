@@ -1,0 +1,224 @@
+//! The Raft transport, client side: openraft's `RaftNetworkV2` over the internal gRPC
+//! `Raft` service, one lazily connected channel per peer.
+//!
+//! Every call is bounded by openraft's hard TTL. Snapshots are streamed in chunks so a
+//! large ledger never becomes one oversized message. The cluster secret goes with every
+//! call: the internal service carries already-authenticated commands and must not be
+//! reachable with a tenant's key.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend, RaftNetworkFactory, RaftNetworkV2};
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+
+use ledger_proto::pb;
+use ledger_proto::pb::raft_client::RaftClient;
+use ledger_raft_store::TypeConfig;
+
+use crate::wire;
+
+type C = TypeConfig;
+
+/// Metadata key carrying the cluster secret on internal calls.
+pub const CLUSTER_SECRET_HEADER: &str = "x-ledger-cluster";
+/// Snapshot chunk size.
+const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+/// Largest message accepted from a peer (AppendEntries batches, snapshot chunks).
+pub const PEER_MESSAGE_BYTES_MAX: usize = 64 << 20;
+
+/// Lazily connected gRPC channels to peers, by address.
+#[derive(Clone, Default)]
+pub struct Channels {
+    by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
+}
+
+impl Channels {
+    /// The channel to `addr` (`host:port`), created on first use.
+    pub fn get(&self, addr: &str) -> Result<Channel, String> {
+        let mut map = self.by_addr.lock().expect("channel map lock");
+        if let Some(channel) = map.get(addr) {
+            return Ok(channel.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad peer address {addr}: {e}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true);
+        let channel = endpoint.connect_lazy();
+        map.insert(addr.to_owned(), channel.clone());
+        Ok(channel)
+    }
+}
+
+/// Builds per-peer network clients for openraft.
+#[derive(Clone)]
+pub struct Network {
+    channels: Channels,
+    secret: Arc<str>,
+}
+
+impl Network {
+    /// A network that authenticates with `secret`.
+    pub fn new(channels: Channels, secret: &str) -> Self {
+        Network {
+            channels,
+            secret: secret.into(),
+        }
+    }
+}
+
+/// A client for one peer.
+pub struct PeerClient {
+    target: u64,
+    addr: String,
+    channels: Channels,
+    secret: Arc<str>,
+}
+
+impl RaftNetworkFactory<C> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
+        PeerClient {
+            target,
+            addr: node.addr.clone(),
+            channels: self.channels.clone(),
+            secret: self.secret.clone(),
+        }
+    }
+}
+
+fn unreachable(e: impl std::fmt::Display) -> Unreachable<C> {
+    Unreachable::new(&io::Error::other(e.to_string()))
+}
+
+/// Attaches the cluster secret to a request.
+pub fn with_secret<T>(message: T, secret: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Ok(value) = secret.parse() {
+        request.metadata_mut().insert(CLUSTER_SECRET_HEADER, value);
+    }
+    request
+}
+
+impl PeerClient {
+    fn client(&self) -> Result<RaftClient<Channel>, Unreachable<C>> {
+        let channel = self.channels.get(&self.addr).map_err(unreachable)?;
+        Ok(RaftClient::new(channel)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX))
+    }
+
+    /// One unary call with a deadline; a remote error string becomes `Unreachable`.
+    async fn unary<Req, Resp, F, Fut>(
+        &self,
+        request: &Req,
+        ttl: Duration,
+        call: F,
+    ) -> Result<Resp, Unreachable<C>>
+    where
+        Req: serde::Serialize,
+        Resp: DeserializeOwned,
+        F: FnOnce(RaftClient<Channel>, tonic::Request<pb::RaftMessage>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<pb::RaftMessage>, tonic::Status>>,
+    {
+        let message = pb::RaftMessage {
+            payload: wire::encode(request),
+        };
+        let fut = call(self.client()?, with_secret(message, &self.secret));
+        let response = tokio::time::timeout(ttl, fut)
+            .await
+            .map_err(|_| unreachable(format!("node {} timed out after {ttl:?}", self.target)))?
+            .map_err(unreachable)?;
+        let result: Result<Resp, String> =
+            wire::decode(&response.into_inner().payload).map_err(unreachable)?;
+        result.map_err(unreachable)
+    }
+}
+
+impl RaftNetworkV2<C> for PeerClient {
+    type SnapshotData = io::Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<C>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<C>, RPCError<C>> {
+        let ttl = option.hard_ttl();
+        Ok(self
+            .unary(
+                &rpc,
+                ttl,
+                |mut c, r| async move { c.append_entries(r).await },
+            )
+            .await?)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<C>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<C>, RPCError<C>> {
+        let ttl = option.hard_ttl();
+        Ok(self
+            .unary(&rpc, ttl, |mut c, r| async move { c.vote(r).await })
+            .await?)
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<C>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<C>, RPCError<C>> {
+        let ttl = option.hard_ttl();
+        Ok(self
+            .unary(&rpc, ttl, |mut c, r| async move { c.pre_vote(r).await })
+            .await?)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<C>,
+        snapshot: SnapshotOf<C, Self::SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<C>, StreamingError<C>> {
+        let header = wire::encode(&(vote, snapshot.meta));
+        let data = snapshot.snapshot.into_inner();
+        let mut chunks = vec![pb::SnapshotChunk {
+            header,
+            data: Vec::new(),
+        }];
+        chunks.extend(
+            data.chunks(SNAPSHOT_CHUNK_BYTES)
+                .map(|c| pb::SnapshotChunk {
+                    header: Vec::new(),
+                    data: c.to_vec(),
+                }),
+        );
+        let mut client = self.client()?;
+        let request = with_secret(futures::stream::iter(chunks), &self.secret);
+        let send = client.install_snapshot(request);
+        let ttl = option.hard_ttl().max(Duration::from_secs(30));
+        let response = tokio::select! {
+            biased;
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            r = tokio::time::timeout(ttl, send) => r
+                .map_err(|_| unreachable(format!("snapshot to node {} timed out", self.target)))?
+                .map_err(unreachable)?,
+        };
+        let result: Result<SnapshotResponse<C>, String> =
+            wire::decode(&response.into_inner().payload).map_err(unreachable)?;
+        Ok(result.map_err(unreachable)?)
+    }
+}

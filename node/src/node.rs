@@ -1,0 +1,234 @@
+//! A running ledger node: Raft, the state machine's read handle, the proposer, and the
+//! paths that let any node serve every call.
+//!
+//! Writes: the leader proposes through the group-commit proposer; a follower forwards the
+//! command to the leader over the internal service (one hop, never further). Reads that
+//! decide a dispatch are linearizable: the leader confirms its leadership with a quorum
+//! (Raft read index) and waits until its state machine has applied up to that point
+//! before reading; followers forward reads to the leader. When leadership moves while a
+//! command is in flight the node retries it at the new leader with the same command id,
+//! which the state machine deduplicates.
+
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::ReadPolicy;
+use tonic::transport::Channel;
+
+use ledger_core::{Command, Outcome};
+use ledger_proto::pb;
+use ledger_proto::pb::raft_client::RaftClient;
+use ledger_raft_store::{LedgerReader, Raft};
+
+use crate::error::NodeError;
+use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
+use crate::proposer::Proposer;
+use crate::wire::{self, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
+
+/// How long to wait for a leader to be elected before telling the caller to retry.
+const LEADER_WAIT_MS: u64 = 3_000;
+/// Attempts at reaching the current leader before giving up.
+const ROUTE_ATTEMPTS: usize = 5;
+/// Longest wait for a forwarded call; the leader's own timeout is shorter.
+const FORWARD_TIMEOUT_MS: u64 = 10_000;
+
+/// The parts of a node the services share.
+#[derive(Clone)]
+pub struct LedgerNode {
+    /// This node's id.
+    pub id: u64,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// Read access to the applied state.
+    pub reader: LedgerReader,
+    proposer: Proposer,
+    channels: Channels,
+    secret: std::sync::Arc<str>,
+}
+
+impl LedgerNode {
+    /// Assembles a node from its running parts.
+    pub fn new(
+        id: u64,
+        raft: Raft,
+        reader: LedgerReader,
+        proposer: Proposer,
+        channels: Channels,
+        secret: &str,
+    ) -> Self {
+        LedgerNode {
+            id,
+            raft,
+            reader,
+            proposer,
+            channels,
+            secret: secret.into(),
+        }
+    }
+
+    /// Applies `command` through Raft wherever the leader is, and returns its outcome.
+    pub async fn submit(&self, command: Command) -> Result<Outcome, NodeError> {
+        let mut last = NodeError::Unavailable("no attempt made".into());
+        for _ in 0..ROUTE_ATTEMPTS {
+            let leader = self.wait_for_leader().await?;
+            let result = if leader == self.id {
+                self.proposer.propose(command.clone()).await
+            } else {
+                self.forward(leader, ForwardRequest::Commands(vec![command.clone()]))
+                    .await
+                    .and_then(|r| match r {
+                        ForwardResponse::Outcomes(mut o) if o.len() == 1 => Ok(o.remove(0)),
+                        other => Err(unexpected(other)),
+                    })
+            };
+            match result {
+                Err(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) => last = e,
+                other => return other,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(last)
+    }
+
+    /// Proposes `command` on this node only; fails with `NotLeader` on a follower. For the
+    /// leader's own housekeeping (sweeps), which must never be forwarded.
+    pub async fn propose_local(&self, command: Command) -> Result<Outcome, NodeError> {
+        self.proposer.propose(command).await
+    }
+
+    /// Serves a read linearizably, at the leader.
+    pub async fn read(&self, request: ReadRequest) -> Result<ReadResponse, NodeError> {
+        let mut last = NodeError::Unavailable("no attempt made".into());
+        for _ in 0..ROUTE_ATTEMPTS {
+            let leader = self.wait_for_leader().await?;
+            let result = if leader == self.id {
+                self.read_local(&request).await
+            } else {
+                self.forward(leader, ForwardRequest::Read(request.clone()))
+                    .await
+                    .and_then(|r| match r {
+                        ForwardResponse::Read(answer) => Ok(answer),
+                        other => Err(unexpected(other)),
+                    })
+            };
+            match result {
+                Err(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) => last = e,
+                other => return other,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(last)
+    }
+
+    /// Serves a request forwarded by a follower. Never forwards again.
+    pub async fn serve_forwarded(&self, request: ForwardRequest) -> ForwardResponse {
+        if !self.raft.is_leader() {
+            return ForwardResponse::NotLeader(self.current_leader());
+        }
+        let result = match request {
+            ForwardRequest::Commands(commands) => {
+                let proposals = commands.into_iter().map(|c| self.proposer.propose(c));
+                futures::future::join_all(proposals)
+                    .await
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(ForwardResponse::Outcomes)
+            }
+            ForwardRequest::Read(read) => self.read_local(&read).await.map(ForwardResponse::Read),
+        };
+        match result {
+            Ok(response) => response,
+            Err(NodeError::NotLeader(leader)) => ForwardResponse::NotLeader(leader),
+            Err(e) => ForwardResponse::Unavailable(e.to_string()),
+        }
+    }
+
+    async fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, NodeError> {
+        self.raft
+            .ensure_linearizable(ReadPolicy::ReadIndex)
+            .await
+            .map_err(|e| match e.forward_to_leader() {
+                Some(f) => NodeError::NotLeader(f.leader_id),
+                None => NodeError::Unavailable(e.to_string()),
+            })?;
+        Ok(self.reader.read(|ledger| match request {
+            ReadRequest::Get(key) => ReadResponse::Record(ledger.get(key).cloned().map(Box::new)),
+            ReadRequest::List(spec) => {
+                ReadResponse::Records(ledger.list(&spec.query()).into_iter().cloned().collect())
+            }
+            ReadRequest::Tenant(t) => ReadResponse::Tenant(ledger.tenant(t).cloned()),
+        }))
+    }
+
+    async fn forward(
+        &self,
+        leader: u64,
+        request: ForwardRequest,
+    ) -> Result<ForwardResponse, NodeError> {
+        let addr = self
+            .addr_of(leader)
+            .ok_or_else(|| NodeError::Unavailable(format!("no address for leader {leader}")))?;
+        let channel = self.channels.get(&addr).map_err(NodeError::Unavailable)?;
+        let mut client = RaftClient::<Channel>::new(channel)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+        let message = pb::RaftMessage {
+            payload: wire::encode(&request),
+        };
+        let call = client.forward(with_secret(message, &self.secret));
+        let response = tokio::time::timeout(Duration::from_millis(FORWARD_TIMEOUT_MS), call)
+            .await
+            .map_err(|_| NodeError::Timeout(FORWARD_TIMEOUT_MS))?
+            .map_err(|s| NodeError::Unavailable(format!("leader {leader}: {}", s.message())))?;
+        let response: ForwardResponse = wire::decode(&response.into_inner().payload)
+            .map_err(|e| NodeError::Internal(format!("leader {leader} sent garbage: {e}")))?;
+        match response {
+            ForwardResponse::NotLeader(l) => Err(NodeError::NotLeader(l)),
+            ForwardResponse::Unavailable(m) => Err(NodeError::Unavailable(m)),
+            other => Ok(other),
+        }
+    }
+
+    /// The gRPC channel to a peer's address.
+    pub fn channel(&self, addr: &str) -> Result<Channel, String> {
+        self.channels.get(addr)
+    }
+
+    /// The current leader as this node knows it.
+    pub fn current_leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// The advertised address of a cluster member.
+    pub fn addr_of(&self, id: u64) -> Option<String> {
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+    }
+
+    async fn wait_for_leader(&self) -> Result<u64, NodeError> {
+        if let Some(leader) = self.current_leader() {
+            return Ok(leader);
+        }
+        let wait = self
+            .raft
+            .wait(Some(Duration::from_millis(LEADER_WAIT_MS)))
+            .metrics(|m| m.current_leader.is_some(), "a leader is known")
+            .await;
+        match wait {
+            Ok(m) => m
+                .current_leader
+                .ok_or_else(|| NodeError::Unavailable("no leader".into())),
+            Err(_) => Err(NodeError::Unavailable(format!(
+                "no leader elected within {LEADER_WAIT_MS} ms"
+            ))),
+        }
+    }
+}
+
+fn unexpected(response: ForwardResponse) -> NodeError {
+    NodeError::Internal(format!("unexpected answer from the leader: {response:?}"))
+}

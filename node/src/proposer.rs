@@ -1,0 +1,155 @@
+//! Group commit: client commands that arrive together share one Raft entry, one log
+//! append and one sync.
+//!
+//! The proposer keeps at most `max_in_flight_batches` entries between proposal and
+//! commit. While they are in flight, arriving commands queue; when a slot frees, everything
+//! queued (up to the batch limits) becomes the next entry. Under load batches grow by
+//! themselves; when idle a command is proposed at once. The leader stamps its wall clock
+//! into each entry here, the only place ledger time comes from.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use ledger_core::{Command, CommandBody, Outcome};
+use ledger_raft_store::{LedgerRequest, Raft};
+
+use crate::config::ProposerSettings;
+use crate::error::NodeError;
+
+struct Pending {
+    command: Command,
+    reply: oneshot::Sender<Result<Outcome, NodeError>>,
+}
+
+/// Hands commands to the batching task.
+#[derive(Clone)]
+pub struct Proposer {
+    tx: mpsc::Sender<Pending>,
+    timeout_ms: u64,
+}
+
+impl Proposer {
+    /// Starts the batching task for `raft`.
+    pub fn start(raft: Raft, settings: &ProposerSettings) -> Self {
+        let (tx, rx) = mpsc::channel(settings.queue_capacity);
+        tokio::spawn(run(raft, rx, settings.clone()));
+        Proposer {
+            tx,
+            timeout_ms: settings.request_timeout_ms,
+        }
+    }
+
+    /// Proposes one command and waits for its outcome. Fails with `NotLeader` when this
+    /// node is not (or stops being) the leader: the command may or may not have been
+    /// committed, which is why callers retry with the same command id.
+    pub async fn propose(&self, command: Command) -> Result<Outcome, NodeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .try_send(Pending { command, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => NodeError::Overloaded(self.tx.max_capacity()),
+                mpsc::error::TrySendError::Closed(_) => {
+                    NodeError::Internal("proposer stopped".into())
+                }
+            })?;
+        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(NodeError::Internal("proposer dropped a command".into())),
+            Err(_) => Err(NodeError::Timeout(self.timeout_ms)),
+        }
+    }
+}
+
+/// The leader's wall clock in milliseconds since the Unix epoch.
+pub fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, settings: ProposerSettings) {
+    let slots = Arc::new(Semaphore::new(settings.max_in_flight_batches));
+    while let Some(first) = rx.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        let mut bytes = approx_bytes(&batch[0].command);
+        while batch.len() < settings.max_batch_commands && bytes < settings.max_batch_bytes {
+            match rx.try_recv() {
+                Ok(next) => {
+                    bytes += approx_bytes(&next.command);
+                    batch.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            commit(&raft, batch).await;
+            drop(slot);
+        });
+    }
+}
+
+async fn commit(raft: &Raft, batch: Vec<Pending>) {
+    let (commands, replies): (Vec<Command>, Vec<_>) =
+        batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+    let count = commands.len();
+    let request = LedgerRequest {
+        stamped_at_ms: wall_clock_ms(),
+        commands,
+    };
+    let result = match raft.client_write(request).await {
+        Ok(response) if response.data.outcomes.len() == count => Ok(response.data.outcomes),
+        Ok(response) => Err(NodeError::Internal(format!(
+            "{count} commands gave {} outcomes",
+            response.data.outcomes.len()
+        ))),
+        Err(e) => Err(match e.forward_to_leader() {
+            Some(forward) => NodeError::NotLeader(forward.leader_id),
+            None => NodeError::Internal(e.to_string()),
+        }),
+    };
+    tracing::debug!(commands = count, ok = result.is_ok(), "batch committed");
+    match result {
+        Ok(outcomes) => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(Ok(outcome));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// A cheap upper estimate of a command's encoded size, to bound an entry without
+/// encoding it twice.
+fn approx_bytes(command: &Command) -> usize {
+    const FIXED: usize = 512;
+    FIXED
+        + match &command.body {
+            CommandBody::Claim { declaration, .. } | CommandBody::Declare { declaration, .. } => {
+                declaration.intent_json.len()
+            }
+            CommandBody::Report { report, .. } => match report {
+                ledger_core::Report::Committed { receipt } => receipt.len(),
+                ledger_core::Report::FailedBeforeEffect { proof } => proof.len(),
+                ledger_core::Report::Unknown { reason } => reason.len(),
+            },
+            CommandBody::Observe { result, detail, .. } => {
+                detail.len()
+                    + match result {
+                        ledger_core::ObservationResult::Committed { receipt } => receipt.len(),
+                        _ => 0,
+                    }
+            }
+            CommandBody::Decide { note, .. } => note.len() + 64 * 1024,
+            _ => 0,
+        }
+}

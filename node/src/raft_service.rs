@@ -1,0 +1,135 @@
+//! The internal `Raft` gRPC service: AppendEntries, votes, snapshot streaming and
+//! forwarding from followers. Only peers holding the cluster secret may call it.
+
+use std::io::Cursor;
+
+use futures::StreamExt;
+use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::{Request, Response, Status, Streaming};
+
+use ledger_proto::pb;
+use ledger_raft_store::TypeConfig;
+
+use crate::network::CLUSTER_SECRET_HEADER;
+use crate::node::LedgerNode;
+use crate::wire::{self, ForwardRequest};
+
+type C = TypeConfig;
+
+/// Largest snapshot accepted over the wire.
+const SNAPSHOT_BYTES_MAX: usize = 16 << 30;
+
+/// Serves the internal service for one node.
+pub struct RaftService {
+    node: LedgerNode,
+    secret: String,
+}
+
+impl RaftService {
+    /// The service for `node`, accepting callers with `secret`.
+    pub fn new(node: LedgerNode, secret: &str) -> Self {
+        RaftService {
+            node,
+            secret: secret.to_owned(),
+        }
+    }
+
+    fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let offered = request
+            .metadata()
+            .get(CLUSTER_SECRET_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if offered == Some(self.secret.as_str()) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated(
+                "internal service: missing or wrong cluster secret",
+            ))
+        }
+    }
+}
+
+fn decode<T: DeserializeOwned>(request: Request<pb::RaftMessage>) -> Result<T, Status> {
+    wire::decode(&request.into_inner().payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable payload: {e}")))
+}
+
+fn reply<T: Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, Status> {
+    Ok(Response::new(pb::RaftMessage {
+        payload: wire::encode(value),
+    }))
+}
+
+/// A Raft result as sent back: the error as text, since a peer only needs to know it failed.
+fn flatten<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, String> {
+    result.map_err(|e| e.to_string())
+}
+
+#[tonic::async_trait]
+impl pb::raft_server::Raft for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        self.check(&request)?;
+        let rpc = decode(request)?;
+        reply(&flatten(self.node.raft.append_entries(rpc).await))
+    }
+
+    async fn vote(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        self.check(&request)?;
+        let rpc = decode(request)?;
+        reply(&flatten(self.node.raft.vote(rpc).await))
+    }
+
+    async fn pre_vote(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        self.check(&request)?;
+        let rpc = decode(request)?;
+        reply(&flatten(self.node.raft.pre_vote(rpc).await))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        self.check(&request)?;
+        let mut chunks = request.into_inner();
+        let first = chunks
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        let (vote, meta): (VoteOf<C>, SnapshotMetaOf<C>) = wire::decode(&first.header)
+            .map_err(|e| Status::invalid_argument(format!("undecodable snapshot header: {e}")))?;
+        let mut data = first.data;
+        while let Some(chunk) = chunks.next().await {
+            data.extend_from_slice(&chunk?.data);
+            if data.len() > SNAPSHOT_BYTES_MAX {
+                return Err(Status::resource_exhausted("snapshot larger than the limit"));
+            }
+        }
+        let snapshot = SnapshotOf::<C, Cursor<Vec<u8>>> {
+            meta,
+            snapshot: Cursor::new(data),
+        };
+        reply(&flatten(
+            self.node.raft.install_full_snapshot(vote, snapshot).await,
+        ))
+    }
+
+    async fn forward(
+        &self,
+        request: Request<pb::RaftMessage>,
+    ) -> Result<Response<pb::RaftMessage>, Status> {
+        self.check(&request)?;
+        let forwarded: ForwardRequest = decode(request)?;
+        reply(&self.node.serve_forwarded(forwarded).await)
+    }
+}

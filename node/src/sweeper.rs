@@ -1,0 +1,85 @@
+//! The leader's sweeper: proposes lease expiry and garbage collection as replicated
+//! commands, so every replica expires and forgets the same records at the same ledger
+//! time. Followers never sweep; a new leader picks up where the old one stopped, because
+//! what is due is read from the replicated state, not remembered here.
+
+use std::time::Duration;
+
+use ledger_core::{Caller, Command, CommandBody, Outcome};
+
+use crate::config::SweeperSettings;
+use crate::node::LedgerNode;
+use crate::proposer::wall_clock_ms;
+
+/// Runs until the node shuts down.
+pub async fn run(node: LedgerNode, settings: SweeperSettings) {
+    let mut tick = tokio::time::interval(Duration::from_millis(settings.interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !node.raft.is_leader() {
+            continue;
+        }
+        let now_ms = wall_clock_ms();
+        let (lease_due, collection_due) = node.reader.read(|l| {
+            (
+                l.next_lease_expiry_ms().is_some_and(|t| t <= now_ms),
+                l.next_collection_ms().is_some_and(|t| t <= now_ms),
+            )
+        });
+        if lease_due {
+            sweep(
+                &node,
+                CommandBody::ExpireLeases {
+                    limit: settings.limit,
+                },
+            )
+            .await;
+        }
+        if collection_due {
+            sweep(
+                &node,
+                CommandBody::CollectGarbage {
+                    limit: settings.limit,
+                },
+            )
+            .await;
+        }
+    }
+}
+
+/// Proposes one kind of sweep until nothing more is due (bounded, so one tick cannot
+/// monopolise the log).
+async fn sweep(node: &LedgerNode, body: CommandBody) {
+    const ROUNDS_MAX: usize = 16;
+    for _ in 0..ROUNDS_MAX {
+        let command = Command {
+            // Sweeps are not remembered by command id; any valid id will do.
+            command_id: "sweep".into(),
+            caller: Caller::Operator,
+            body: body.clone(),
+        };
+        match node.propose_local(command).await {
+            Ok(Outcome::Swept {
+                expired,
+                collected,
+                more,
+            }) => {
+                if expired + collected > 0 {
+                    tracing::info!(kind = body.name(), expired, collected, "swept");
+                }
+                if !more {
+                    return;
+                }
+            }
+            Ok(other) => {
+                tracing::warn!(?other, "sweep refused");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "sweep not applied");
+                return;
+            }
+        }
+    }
+}

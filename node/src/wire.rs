@@ -1,0 +1,111 @@
+//! Payloads of the internal Raft service: openraft's messages and the forwarding of
+//! commands and reads from a follower to the leader.
+//!
+//! Everything is bincode 2 (serde, standard configuration) inside a versioned envelope, so
+//! nodes of two adjacent versions can talk during a rolling upgrade, and bytes that do not
+//! decode are an error, never a panic.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use ledger_core::{Command, EffectKey, EffectRecord, EffectState, Outcome, TenantConfig};
+
+/// Largest payload decoded from a peer.
+const PAYLOAD_BYTES_MAX: usize = 256 << 20;
+
+#[derive(Serialize, Deserialize)]
+enum Envelope<T> {
+    V1(T),
+}
+
+/// Encodes `value` for the wire.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(Envelope::V1(value), config())
+        .expect("encoding into memory cannot fail")
+}
+
+/// Decodes a payload from a peer.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let (Envelope::V1(value), _): (Envelope<T>, usize) =
+        bincode::serde::decode_from_slice(bytes, config()).map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<PAYLOAD_BYTES_MAX>()
+}
+
+/// A read that decides a dispatch: served by the leader after it confirmed its leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadRequest {
+    /// One record.
+    Get(EffectKey),
+    /// A page of records.
+    List(ListSpec),
+    /// A tenant's configuration.
+    Tenant(String),
+}
+
+/// A list query as sent between nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListSpec {
+    /// Tenant.
+    pub tenant: String,
+    /// State filter.
+    pub state: Option<EffectState>,
+    /// Workflow filter.
+    pub workflow_id: Option<String>,
+    /// Age filter.
+    pub updated_at_or_before_ms: Option<u64>,
+    /// Start after this key.
+    pub after: Option<EffectKey>,
+    /// Page size.
+    pub limit: usize,
+}
+
+impl ListSpec {
+    /// The core query.
+    pub fn query(&self) -> ledger_core::ListQuery {
+        ledger_core::ListQuery {
+            tenant: self.tenant.clone(),
+            state: self.state,
+            workflow_id: self.workflow_id.clone(),
+            updated_at_or_before_ms: self.updated_at_or_before_ms,
+            after: self.after.clone(),
+            limit: self.limit,
+        }
+    }
+}
+
+/// The answer to a [`ReadRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadResponse {
+    /// The record, if it exists.
+    Record(Option<Box<EffectRecord>>),
+    /// A page of records.
+    Records(Vec<EffectRecord>),
+    /// The tenant's configuration, if registered.
+    Tenant(Option<TenantConfig>),
+}
+
+/// What a follower asks of the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardRequest {
+    /// Propose these commands.
+    Commands(Vec<Command>),
+    /// Serve this read.
+    Read(ReadRequest),
+}
+
+/// The leader's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardResponse {
+    /// One outcome per command, in order.
+    Outcomes(Vec<Outcome>),
+    /// The read's answer.
+    Read(ReadResponse),
+    /// The receiver is not the leader; it knows this one, if any.
+    NotLeader(Option<u64>),
+    /// The receiver could not serve it; retry.
+    Unavailable(String),
+}

@@ -1,0 +1,226 @@
+//! A ledger cluster of real `ledger-node` processes on loopback, each on its own RocksDB
+//! folder under one temporary directory, for end-to-end tests.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ledger_client::{LedgerClient, RetryPolicy};
+use ledger_core::{ReplayClass, TenantSettings, ToolName, ToolPolicy};
+
+pub const OPERATOR_KEY: &str = "test-operator-key-0001";
+pub const TENANT_KEY: &str = "test-tenant-acme-0001";
+pub const GHOST_KEY: &str = "test-tenant-ghost-0001";
+pub const TENANT: &str = "acme";
+const SECRET: &str = "test-cluster-secret-01";
+
+/// Real node processes; killed when dropped.
+pub struct ProcessCluster {
+    dir: tempfile::TempDir,
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl ProcessCluster {
+    /// Starts `n` nodes (not yet forming a cluster).
+    pub fn start(n: usize) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let mut cluster = ProcessCluster {
+            dir,
+            ports,
+            children: (0..n).map(|_| None).collect(),
+        };
+        for i in 0..n {
+            cluster.write_config(i);
+            cluster.spawn(i);
+        }
+        cluster
+    }
+
+    fn config_path(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("node{}.toml", i + 1))
+    }
+
+    fn write_config(&self, i: usize) {
+        let text = format!(
+            r#"
+node_id = {id}
+listen_addr = "127.0.0.1:{port}"
+data_dir = "{data}"
+cluster_secret = "{SECRET}"
+[[api_keys]]
+key = "{OPERATOR_KEY}"
+operator = true
+[[api_keys]]
+key = "{TENANT_KEY}"
+tenant = "{TENANT}"
+[[api_keys]]
+key = "{GHOST_KEY}"
+tenant = "ghost"
+[raft]
+heartbeat_interval_ms = 50
+election_timeout_min_ms = 300
+election_timeout_max_ms = 600
+snapshot_after_logs = 200
+logs_kept_after_snapshot = 50
+[sweeper]
+interval_ms = 100
+"#,
+            id = i + 1,
+            port = self.ports[i],
+            data = self.dir.path().join(format!("node{}", i + 1)).display(),
+        );
+        std::fs::write(self.config_path(i), text).expect("write config");
+    }
+
+    /// Starts node `i` (0-based) on its data.
+    pub fn spawn(&mut self, i: usize) {
+        let log = std::fs::File::create(self.dir.path().join(format!("node{}.log", i + 1)))
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_ledger-node"))
+            .arg("--config")
+            .arg(self.config_path(i))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn ledger-node");
+        self.children[i] = Some(child);
+    }
+
+    /// SIGKILLs node `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reap");
+        }
+    }
+
+    /// `127.0.0.1:port` of every node.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// A client of every node with `key`.
+    pub fn client(&self, key: &str) -> LedgerClient {
+        let retry = RetryPolicy {
+            attempts: 20,
+            attempt_timeout_ms: 3_000,
+            ..RetryPolicy::default()
+        };
+        LedgerClient::with_retry(self.endpoints(), key, retry).expect("client")
+    }
+
+    /// A client of node `i` alone.
+    pub fn client_of(&self, i: usize, key: &str) -> LedgerClient {
+        LedgerClient::new(vec![self.endpoints()[i].clone()], key).expect("client")
+    }
+
+    /// Forms the cluster, waits for a leader, registers the tenant and its tools.
+    pub async fn form(&self) {
+        let operator = self.client(OPERATOR_KEY);
+        wait_until("every node answers", 30_000, || async {
+            for i in 0..self.ports.len() {
+                if operator.status_of(i).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        let members: Vec<(u64, String)> = self
+            .endpoints()
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (i as u64 + 1, e))
+            .collect();
+        operator.initialize(&members).await.expect("initialize");
+        operator.wait_for_leader(20_000).await.expect("a leader");
+        operator
+            .put_tenant("setup-tenant", TENANT, TenantSettings::default())
+            .await
+            .expect("put tenant");
+        for (provider, name, class) in [
+            ("pay", "refund", ReplayClass::KeyedIdempotent),
+            ("desk", "create_ticket", ReplayClass::UnkeyedCreate),
+        ] {
+            let tool = ToolName {
+                provider: provider.into(),
+                name: name.into(),
+            };
+            let id = format!("setup-tool-{name}");
+            operator
+                .put_tool_policy(&id, TENANT, tool, ToolPolicy::for_class(class))
+                .await
+                .expect("put tool policy");
+        }
+    }
+
+    /// The leader's 0-based index.
+    pub async fn leader(&self) -> usize {
+        let operator = self.client(OPERATOR_KEY);
+        let (id, _) = operator.wait_for_leader(20_000).await.expect("a leader");
+        id as usize - 1
+    }
+
+    /// Waits until every running node has applied the same index and holds byte-identical
+    /// ledger state; returns that index.
+    pub async fn converged(&self) -> u64 {
+        let operator = self.client(OPERATOR_KEY);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut seen = Vec::new();
+            for i in 0..self.ports.len() {
+                if let Ok(s) = operator.status_with_digest(i).await {
+                    seen.push((s.state_digest_index, s.state_digest));
+                }
+            }
+            let all_answered = seen.len() == self.ports.len();
+            if all_answered && seen[0].0.is_some() && seen.windows(2).all(|w| w[0] == w[1]) {
+                return seen[0].0.unwrap_or(0);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replicas did not converge: {:?}",
+                seen.iter().map(|(index, _)| index).collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for ProcessCluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Polls `condition` every 100 ms until it holds; panics after `timeout_ms`.
+pub async fn wait_until<F, Fut>(what: &str, timeout_ms: u64, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout_ms} ms waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

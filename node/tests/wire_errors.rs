@@ -1,0 +1,184 @@
+//! Bad input on the wire gets a gRPC error, never a crash, and changes nothing stored:
+//! garbage bytes on the port, oversized messages, malformed requests, unknown or missing
+//! API keys, an unregistered tenant, invalid keys, another tenant's effect.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+
+use common::*;
+use ledger_client::{ClientError, LedgerClient};
+use ledger_core::key::FieldError;
+use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Refusal, ToolRef};
+use ledger_proto::pb;
+use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
+use tonic::Code;
+
+fn refund(tenant: &str, key: &str, intent_json: String) -> Declaration {
+    Declaration {
+        key: EffectKey::new(tenant, "wire", key),
+        workflow_id: "wire".into(),
+        tool: ToolRef {
+            provider: "pay".into(),
+            name: "refund".into(),
+            contract_version: "v1".into(),
+        },
+        authority: Authority {
+            principal: "user:wire".into(),
+            policy_generation: 1,
+        },
+        target: "refund".into(),
+        intent_json,
+    }
+}
+
+async fn claim(
+    client: &LedgerClient,
+    id: &str,
+    d: Declaration,
+) -> Result<ClaimOutcome, ClientError> {
+    client.claim(id, d, "wire-test", None, None).await
+}
+
+fn code(result: Result<impl std::fmt::Debug, ClientError>) -> Code {
+    match result {
+        Err(ClientError::Status { code, .. }) => code,
+        Err(ClientError::Refused(r)) => ledger_proto::status::refusal_code(&r),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_grpc_error_and_the_node_keeps_serving() {
+    let cluster = ProcessCluster::start(1);
+    cluster.form().await;
+    let tenant = cluster.client(TENANT_KEY);
+    let kept = refund(TENANT, "kept", r#"{"amount":1}"#.into());
+    let grant = match claim(&tenant, "kept-claim", kept.clone()).await.unwrap() {
+        ClaimOutcome::Proceed(g) => g,
+        other => panic!("{other:?}"),
+    };
+
+    // Garbage bytes straight onto the port.
+    for garbage in [
+        &b"\x00\x01\x02 not http/2 at all \xff\xfe"[..],
+        &[0u8; 100_000][..],
+    ] {
+        let mut stream = TcpStream::connect(&cluster.endpoints()[0]).unwrap();
+        let _ = stream.write_all(garbage);
+    }
+
+    // A message far above the node's limit (the client's own limit lifted, so that it is
+    // the node that refuses it).
+    let huge = format!(r#"{{"blob":"{}"}}"#, "x".repeat(8 << 20));
+    let mut unlimited =
+        Grpc::new(tenant.transport().channel(0)).max_encoding_message_size(usize::MAX);
+    let request = tenant.transport().request(pb::ClaimRequest::new(
+        "huge",
+        refund(TENANT, "huge", huge),
+        "x",
+        None,
+        None,
+    ));
+    let status = unlimited.claim(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    assert!(
+        status.message().contains("message length too large"),
+        "{status:?}"
+    );
+
+    // An intent above the ledger's limit, but within the message limit.
+    let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(100 << 10));
+    match claim(&tenant, "big", refund(TENANT, "big", big)).await {
+        Err(ClientError::Refused(Refusal::InvalidIntent(_))) => {}
+        other => panic!("expected InvalidIntent, got {other:?}"),
+    }
+
+    // Invalid keys.
+    for (id, key) in [
+        ("empty-key", ""),
+        ("space-key", "has space"),
+        ("hash-key", "a#b"),
+    ] {
+        match claim(&tenant, id, refund(TENANT, key, "{}".into())).await {
+            Err(ClientError::Refused(Refusal::InvalidField(
+                FieldError::Empty { .. } | FieldError::BadChar { .. },
+            ))) => {}
+            other => panic!("{key:?}: expected InvalidField, got {other:?}"),
+        }
+    }
+
+    // A request missing a required message.
+    let mut raw = Grpc::new(tenant.transport().channel(0));
+    let request = tenant.transport().request(pb::ClaimRequest {
+        command_id: "no-declaration".into(),
+        declaration: None,
+        holder: "x".into(),
+        lease_ms: None,
+        confirmation: None,
+    });
+    let status = raw.claim(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("declaration"),
+        "{}",
+        status.message()
+    );
+
+    // Unknown and missing API keys.
+    let stranger = cluster.client("not-a-configured-key-000");
+    let status = code(claim(&stranger, "stranger", kept.clone()).await);
+    assert_eq!(status, Code::Unauthenticated);
+    let mut anonymous = Grpc::new(tenant.transport().channel(0));
+    let status = anonymous
+        .claim(tonic::Request::new(pb::ClaimRequest::new(
+            "anon",
+            kept.clone(),
+            "x",
+            None,
+            None,
+        )))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+
+    // A key whose tenant the operator never registered.
+    let ghost = cluster.client(GHOST_KEY);
+    match claim(&ghost, "ghost", refund("ghost", "g", "{}".into())).await {
+        Err(ClientError::Refused(Refusal::UnknownTenant(t))) => assert_eq!(t, "ghost"),
+        other => panic!("expected UnknownTenant, got {other:?}"),
+    }
+    // A tenant reaching for another tenant's effect.
+    match claim(&ghost, "ghost-2", kept.clone()).await {
+        Err(ClientError::Refused(Refusal::UnknownTenant(_) | Refusal::WrongTenant { .. })) => {}
+        other => panic!("expected a tenant refusal, got {other:?}"),
+    }
+    match ghost.get(kept.key.clone()).await {
+        Err(ClientError::Refused(Refusal::WrongTenant { .. })) => {}
+        other => panic!("expected WrongTenant, got {other:?}"),
+    }
+    // A tenant using the admin service.
+    let status = code(tenant.change_membership(vec![1], false).await);
+    assert_eq!(status, Code::PermissionDenied);
+
+    // Still serving, and what was stored is intact.
+    let record = tenant
+        .get(kept.key.clone())
+        .await
+        .unwrap()
+        .expect("kept record");
+    assert_eq!(record.attempts.len(), 1);
+    assert_eq!(record.attempts[0].fencing_token, grant.fencing_token);
+    for absent in ["huge", "big", "g"] {
+        let key = EffectKey::new(TENANT, "wire", absent);
+        assert!(
+            tenant.get(key).await.unwrap().is_none(),
+            "{absent} was stored"
+        );
+    }
+    match claim(&tenant, "after", refund(TENANT, "after", "{}".into())).await {
+        Ok(ClaimOutcome::Proceed(_)) => {}
+        other => panic!("the node stopped serving: {other:?}"),
+    }
+}

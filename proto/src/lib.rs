@@ -1,0 +1,27 @@
+//! The effect ledger's gRPC contract (`proto/ledger.proto`) and its mapping to the core
+//! types, shared by the node and the client so that both sides convert the same way.
+//!
+//! - [`pb`]: the generated messages, clients and servers.
+//! - [`convert`]: core values to messages and back; requests to core commands; core
+//!   outcomes to responses and back. Reading a message is total: what the contract
+//!   requires but the message lacks is a [`WireError`], never a panic.
+//! - [`server`]: service constructors with the message limits the node needs.
+//! - [`status`]: refusals and wire errors as `tonic::Status`, and refusals read back out
+//!   of a status.
+
+pub mod convert;
+pub mod server;
+pub mod status;
+
+pub use convert::{IntoCommand, OutcomeError, WireError, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
+pub use server::{raft_server, RAFT_MESSAGE_BYTES_MAX};
+pub use status::{
+    outcome_to_response, refusal_to_status, status_to_refusal, wire_error_to_status,
+    REFUSAL_METADATA_KEY,
+};
+
+/// Generated protobuf messages and tonic services.
+#[allow(missing_docs, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("ledger.v1");
+}

@@ -1,0 +1,106 @@
+//! The one place where refusals and malformed requests become gRPC statuses, and where a
+//! client reads a refusal back out of a status.
+//!
+//! A refusal travels as its gRPC code (the kind of failure, for generic gRPC tooling),
+//! its `Display` text as the message (for people), and the refusal itself as JSON in the
+//! binary metadata entry [`REFUSAL_METADATA_KEY`] (for clients that act on its kind, e.g.
+//! a stale fencing token). Codes:
+//!
+//! | code                  | refusals                                                      |
+//! |-----------------------|---------------------------------------------------------------|
+//! | `INVALID_ARGUMENT`    | `InvalidField`, `InvalidIntent`, `InvalidPolicy`, `ProofRequired` |
+//! | `NOT_FOUND`           | `UnknownEffect`, `UnknownTool`                                |
+//! | `PERMISSION_DENIED`   | `WrongTenant`, `NotPermitted`, `UnknownTenant`                |
+//! | `FAILED_PRECONDITION` | `StaleToken`, `LeaseExpired`, `WrongAttemptKind`, `AlreadyFinal`, `ConfirmationRequired`, `NotEscalated`, `ReadOnlyTool` |
+//! | `ABORTED`             | `Conflict`                                                    |
+//! | `ALREADY_EXISTS`      | `CommandIdReused`                                             |
+
+use ledger_core::{Outcome, Refusal};
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Code, Status};
+
+use crate::convert::{OutcomeError, WireError};
+
+/// The binary metadata entry that carries a refusal as JSON.
+pub const REFUSAL_METADATA_KEY: &str = "ledger-refusal-bin";
+
+/// The gRPC code a refusal is sent with.
+pub fn refusal_code(refusal: &Refusal) -> Code {
+    match refusal {
+        Refusal::InvalidField(_)
+        | Refusal::InvalidIntent(_)
+        | Refusal::InvalidPolicy(_)
+        | Refusal::ProofRequired => Code::InvalidArgument,
+        Refusal::UnknownEffect(_) | Refusal::UnknownTool(_) => Code::NotFound,
+        Refusal::WrongTenant { .. } | Refusal::NotPermitted { .. } | Refusal::UnknownTenant(_) => {
+            Code::PermissionDenied
+        }
+        Refusal::StaleToken { .. }
+        | Refusal::LeaseExpired { .. }
+        | Refusal::WrongAttemptKind(_)
+        | Refusal::AlreadyFinal { .. }
+        | Refusal::ConfirmationRequired
+        | Refusal::NotEscalated
+        | Refusal::ReadOnlyTool(_) => Code::FailedPrecondition,
+        Refusal::Conflict(_) => Code::Aborted,
+        Refusal::CommandIdReused(_) => Code::AlreadyExists,
+    }
+}
+
+/// The status a refusal is sent as: its code, its text, and the refusal as JSON in
+/// [`REFUSAL_METADATA_KEY`].
+pub fn refusal_to_status(refusal: &Refusal) -> Status {
+    let mut metadata = MetadataMap::new();
+    // Serialising a refusal (strings, numbers, byte arrays) into memory cannot fail; if it
+    // ever did, the code and message still tell the client what happened.
+    if let Ok(json) = serde_json::to_vec(refusal) {
+        metadata.insert_bin(REFUSAL_METADATA_KEY, MetadataValue::from_bytes(&json));
+    }
+    Status::with_metadata(refusal_code(refusal), refusal.to_string(), metadata)
+}
+
+/// The refusal a status carries; `None` when it carries none or one this version cannot
+/// decode (the status is then a transport or node error, or a newer refusal kind).
+pub fn status_to_refusal(status: &Status) -> Option<Refusal> {
+    let value = status.metadata().get_bin(REFUSAL_METADATA_KEY)?;
+    let json = value.to_bytes().ok()?;
+    serde_json::from_slice(&json).ok()
+}
+
+/// The status for a request that does not map to a command: INVALID_ARGUMENT.
+pub fn wire_error_to_status(error: &WireError) -> Status {
+    Status::invalid_argument(format!("malformed request: {error}"))
+}
+
+/// The status for an outcome that cannot be a response: the refusal's status, or
+/// INTERNAL when the outcome is of the wrong kind for the RPC.
+pub fn outcome_error_to_status(error: &OutcomeError) -> Status {
+    match error {
+        OutcomeError::Refused(refusal) => refusal_to_status(refusal),
+        OutcomeError::Mismatch { .. } => Status::internal(error.to_string()),
+    }
+}
+
+/// An outcome as the response `R` of the RPC that asked for it, or the status to answer
+/// with instead (a refusal, or INTERNAL for an outcome of the wrong kind).
+pub fn outcome_to_response<R>(outcome: Outcome) -> Result<R, Status>
+where
+    R: TryFrom<Outcome, Error = OutcomeError>,
+{
+    R::try_from(outcome).map_err(|e| outcome_error_to_status(&e))
+}
+
+impl From<WireError> for Status {
+    fn from(error: WireError) -> Self {
+        wire_error_to_status(&error)
+    }
+}
+
+impl From<OutcomeError> for Status {
+    fn from(error: OutcomeError) -> Self {
+        outcome_error_to_status(&error)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+//! The disk under the Raft log and the state machine: a few ordered keyspaces, atomic
+//! write batches, and an explicit `sync`.
+//!
+//! Writing and making durable are separate steps on purpose. A write is visible to reads
+//! at once but may be lost by a power failure; [`Disk::sync`] makes everything written
+//! before it durable. Storage code writes a whole group of log entries in one batch and
+//! syncs once before acknowledging, so the cost of an fsync is shared by the group.
+//!
+//! Two implementations pass one conformance suite ([`conformance`]):
+//! - `RocksDisk` (not in the simulation build): RocksDB, one column family per keyspace;
+//! - [`SimDisk`]: in memory, keeps synced and unsynced writes apart so that a simulated
+//!   power failure can drop what was never synced.
+
+use std::fmt;
+use std::sync::Arc;
+
+pub mod conformance;
+#[cfg(not(madsim))]
+mod rocks;
+mod sim;
+
+#[cfg(not(madsim))]
+pub use rocks::RocksDisk;
+pub use sim::{PowerFailure, SimDisk};
+
+/// A separately ordered key space on a disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Keyspace {
+    /// Raft log entries, keyed by big-endian log index.
+    Log,
+    /// Small Raft records: vote, committed and last purged log ids.
+    Meta,
+    /// The state machine's current snapshot.
+    Snapshot,
+}
+
+impl Keyspace {
+    /// Every keyspace, in a fixed order.
+    pub const ALL: [Keyspace; 3] = [Keyspace::Log, Keyspace::Meta, Keyspace::Snapshot];
+
+    /// A stable name, used as the RocksDB column family name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Keyspace::Log => "log",
+            Keyspace::Meta => "meta",
+            Keyspace::Snapshot => "snapshot",
+        }
+    }
+
+    /// Position in [`Keyspace::ALL`].
+    pub(crate) fn position(self) -> usize {
+        match self {
+            Keyspace::Log => 0,
+            Keyspace::Meta => 1,
+            Keyspace::Snapshot => 2,
+        }
+    }
+}
+
+impl fmt::Display for Keyspace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One operation of a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Sets `key` to `value`.
+    Put {
+        /// Where.
+        space: Keyspace,
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Removes `key` if present.
+    Delete {
+        /// Where.
+        space: Keyspace,
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Removes every key in `[from, to)`; nothing when `from >= to`.
+    DeleteRange {
+        /// Where.
+        space: Keyspace,
+        /// First key removed.
+        from: Vec<u8>,
+        /// First key kept.
+        to: Vec<u8>,
+    },
+}
+
+/// Operations applied atomically and in order by [`Disk::write`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<WriteOp>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put.
+    pub fn put(
+        &mut self,
+        space: Keyspace,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> &mut Self {
+        self.ops.push(WriteOp::Put {
+            space,
+            key: key.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, space: Keyspace, key: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(WriteOp::Delete {
+            space,
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Adds a delete of every key in `[from, to)`.
+    pub fn delete_range(
+        &mut self,
+        space: Keyspace,
+        from: impl Into<Vec<u8>>,
+        to: impl Into<Vec<u8>>,
+    ) -> &mut Self {
+        self.ops.push(WriteOp::DeleteRange {
+            space,
+            from: from.into(),
+            to: to.into(),
+        });
+        self
+    }
+
+    /// The operations, in the order they apply.
+    pub fn ops(&self) -> &[WriteOp] {
+        &self.ops
+    }
+
+    /// Whether the batch holds no operation.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// The boxed cause of an engine failure.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A disk operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// The storage engine reported an error (I/O, corruption, a lock held by another
+    /// process).
+    #[error("storage engine failed: {0}")]
+    Engine(BoxError),
+    /// An earlier operation panicked half-way; the in-memory state can no longer be
+    /// trusted.
+    #[error("disk state poisoned by an earlier panic")]
+    Poisoned,
+}
+
+/// An ordered key-value disk with explicit durability.
+///
+/// Implementations must be safe to call from several threads; the Raft storage code
+/// serialises its own writes.
+pub trait Disk: Send + Sync + 'static {
+    /// Applies `batch` atomically and in order. The result is visible to reads as soon
+    /// as this returns, but not yet durable.
+    fn write(&self, batch: WriteBatch) -> Result<(), DiskError>;
+
+    /// Makes everything written before this call durable.
+    fn sync(&self) -> Result<(), DiskError>;
+
+    /// The value under `key`.
+    fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError>;
+
+    /// At most `limit` pairs with keys in `[from, to)` (to the end when `to` is `None`),
+    /// in ascending key order.
+    fn range(
+        &self,
+        space: Keyspace,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, DiskError>;
+
+    /// The pair with the largest key.
+    fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError>;
+}
+
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// A shared handle to a disk; the log store and the state machine share one.
+pub type DiskRef = Arc<dyn Disk>;

@@ -1,0 +1,298 @@
+//! The Raft log and vote, on a [`Disk`](crate::disk::Disk).
+//!
+//! Entries live in [`Keyspace::Log`] under their big-endian index, so key order is log
+//! order; the vote, the committed log id and the last purged log id live in
+//! [`Keyspace::Meta`]. Durability follows openraft's contract:
+//! - `append` writes all given entries in one batch and syncs once before reporting
+//!   them flushed (group commit: never one fsync per entry);
+//! - `save_vote`, `truncate_after` and `purge` sync before returning;
+//! - `save_committed` does not sync. The committed id only lets a restarted node
+//!   re-apply its log without waiting for the leader; it becomes durable with the next
+//!   synced write, and losing its latest value to a power failure only means re-applying
+//!   less.
+//!
+//! All writes are serialised by openraft (one log writer), which the disk trait relies on.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{decode, encode};
+use crate::disk::{DiskError, DiskRef, Keyspace, WriteBatch};
+use crate::error::StoreError;
+use crate::runtime::blocking;
+use crate::types::{Entry, LogId, TypeConfig, Vote};
+
+const VOTE_KEY: &[u8] = b"vote";
+const COMMITTED_KEY: &[u8] = b"committed";
+const LAST_PURGED_KEY: &[u8] = b"last_purged";
+
+/// Sorts after every 8-byte key, so `[key, LOG_KEY_END)` reaches the end of the log.
+const LOG_KEY_END: [u8; 9] = [0xFF; 9];
+
+fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// A stored log entry, versioned.
+#[derive(Serialize, Deserialize)]
+enum StoredEntry {
+    V1(Entry),
+}
+
+/// A stored vote, versioned.
+#[derive(Serialize, Deserialize)]
+enum StoredVote {
+    V1(Vote),
+}
+
+/// A stored log id (committed, last purged), versioned.
+#[derive(Serialize, Deserialize)]
+enum StoredLogId {
+    V1(LogId),
+}
+
+/// Decodes the entry stored under `key` and checks it sits where its index says.
+fn decode_entry(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
+    let StoredEntry::V1(entry) = decode(bytes, "log entry")?;
+    if key != log_key(entry.index()) {
+        return Err(StoreError::Inconsistent(format!(
+            "log entry {} stored under key {key:02x?}",
+            entry.log_id()
+        )));
+    }
+    Ok(entry)
+}
+
+/// The `[from, to)` keys of a range of log indexes; `to` is `None` for "to the end".
+fn key_bounds(range: &impl RangeBounds<u64>) -> Option<([u8; 8], Option<[u8; 8]>)> {
+    let from = match range.start_bound() {
+        Bound::Included(&index) => index,
+        Bound::Excluded(&index) => index.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let to = match range.end_bound() {
+        Bound::Included(&index) => index.checked_add(1),
+        Bound::Excluded(&index) => Some(index),
+        Bound::Unbounded => None,
+    };
+    Some((log_key(from), to.map(log_key)))
+}
+
+/// openraft's log storage and log reader over a shared disk. Cheap to clone: clones
+/// share the disk.
+#[derive(Clone)]
+pub struct RaftLogStore {
+    disk: DiskRef,
+}
+
+impl Debug for RaftLogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftLogStore").finish_non_exhaustive()
+    }
+}
+
+impl RaftLogStore {
+    /// A log store on `disk`; it reads whatever log the disk already holds.
+    pub fn new(disk: DiskRef) -> Self {
+        RaftLogStore { disk }
+    }
+
+    async fn read_meta<T: Send + 'static>(
+        &self,
+        key: &'static [u8],
+        decode_value: fn(&[u8]) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let disk = self.disk.clone();
+        let bytes = blocking(move || disk.get(Keyspace::Meta, key)).await?;
+        bytes.map(|bytes| decode_value(&bytes)).transpose()
+    }
+
+    async fn read_log_id(&self, key: &'static [u8]) -> Result<Option<LogId>, StoreError> {
+        self.read_meta(key, |bytes| {
+            let StoredLogId::V1(log_id) = decode(bytes, "log id")?;
+            Ok(log_id)
+        })
+        .await
+    }
+
+    /// Writes `batch` and syncs, in one trip to the blocking pool.
+    async fn write_synced(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        let disk = self.disk.clone();
+        blocking(move || {
+            disk.write(batch)?;
+            disk.sync()
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn last_entry(&self) -> Result<Option<Entry>, StoreError> {
+        let disk = self.disk.clone();
+        let last = blocking(move || disk.last(Keyspace::Log)).await?;
+        last.map(|(key, bytes)| decode_entry(&key, &bytes))
+            .transpose()
+    }
+
+    async fn entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StoreError> {
+        let Some((from, to)) = key_bounds(&range) else {
+            return Ok(Vec::new());
+        };
+        let disk = self.disk.clone();
+        let pairs = blocking(move || {
+            disk.range(
+                Keyspace::Log,
+                &from,
+                to.as_ref().map(|to| &to[..]),
+                usize::MAX,
+            )
+        })
+        .await?;
+        pairs
+            .iter()
+            .map(|(key, bytes)| decode_entry(key, bytes))
+            .collect()
+    }
+
+    async fn append_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<Result<(), DiskError>, StoreError> {
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            let key = log_key(entry.index());
+            batch.put(
+                Keyspace::Log,
+                key,
+                encode(&StoredEntry::V1(entry), "log entry")?,
+            );
+        }
+        let disk = self.disk.clone();
+        // A failed write means the entries are not readable: that is this call's error.
+        // A failed sync after a good write is reported through the flush callback.
+        let synced = blocking(move || {
+            if !batch.is_empty() {
+                disk.write(batch)?;
+            }
+            Ok::<_, DiskError>(disk.sync())
+        })
+        .await?;
+        Ok(synced)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for RaftLogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(self.entries(range).await?)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        let vote = self
+            .read_meta(VOTE_KEY, |bytes| {
+                let StoredVote::V1(vote) = decode(bytes, "vote")?;
+                Ok(vote)
+            })
+            .await?;
+        Ok(vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for RaftLogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let last_purged_log_id = self.read_log_id(LAST_PURGED_KEY).await?;
+        let last_entry = self.last_entry().await?;
+        let last_log_id = last_entry
+            .map(|entry| entry.log_id())
+            .or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let mut batch = WriteBatch::new();
+        batch.put(
+            Keyspace::Meta,
+            VOTE_KEY,
+            encode(&StoredVote::V1(*vote), "vote")?,
+        );
+        Ok(self.write_synced(batch).await?)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        let mut batch = WriteBatch::new();
+        match committed {
+            Some(log_id) => batch.put(
+                Keyspace::Meta,
+                COMMITTED_KEY,
+                encode(&StoredLogId::V1(log_id), "log id")?,
+            ),
+            None => batch.delete(Keyspace::Meta, COMMITTED_KEY),
+        };
+        let disk = self.disk.clone();
+        blocking(move || disk.write(batch))
+            .await
+            .map_err(StoreError::from)?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.read_log_id(COMMITTED_KEY).await?)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let synced = self.append_entries(entries).await?;
+        callback.io_completed(synced.map_err(|error| StoreError::from(error).into()));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let from = match last_log_id {
+            None => 0,
+            Some(log_id) => match log_id.index().checked_add(1) {
+                Some(next) => next,
+                None => return Ok(()),
+            },
+        };
+        let mut batch = WriteBatch::new();
+        batch.delete_range(Keyspace::Log, log_key(from), LOG_KEY_END);
+        Ok(self.write_synced(batch).await?)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let mut batch = WriteBatch::new();
+        let to: Vec<u8> = match log_id.index().checked_add(1) {
+            Some(next) => log_key(next).to_vec(),
+            None => LOG_KEY_END.to_vec(),
+        };
+        batch.delete_range(Keyspace::Log, log_key(0), to).put(
+            Keyspace::Meta,
+            LAST_PURGED_KEY,
+            encode(&StoredLogId::V1(log_id), "log id")?,
+        );
+        Ok(self.write_synced(batch).await?)
+    }
+}
