@@ -222,7 +222,7 @@ async fn status(client: &LedgerClient) -> CliResult {
                 s.committed_index,
                 s.applied_index,
                 s.snapshot_index,
-                s.records_by_state,
+                s.records_by_state.iter().collect::<BTreeMap<_, _>>(),
             ),
             Err(e) => println!("{endpoint} down: {e}"),
         }
