@@ -198,3 +198,57 @@ async fn leader_sigkill_under_load_loses_no_acknowledged_transition() {
         "{committed} committed < {reported} acknowledged"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_while_serving() {
+    let cluster = ProcessCluster::start(4);
+    cluster.form_with(3).await;
+    let tenant = cluster.client(TENANT_KEY);
+    let operator = cluster.client(OPERATOR_KEY);
+    let d = declaration("before-change");
+    let grant = match tenant
+        .claim("m-1", d.clone(), "m", None, None)
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Proceed(g) => g,
+        other => panic!("{other:?}"),
+    };
+
+    // Node 4 joins as a learner, catches up, becomes a voter; node 1 leaves.
+    let learner = operator
+        .add_learner(4, &cluster.endpoints()[3])
+        .await
+        .expect("add learner");
+    assert!(
+        learner.learners.iter().any(|m| m.node_id == 4),
+        "{learner:?}"
+    );
+    let changed = operator
+        .change_membership(vec![2, 3, 4], false)
+        .await
+        .expect("change");
+    let voters: Vec<u64> = changed.voters.iter().map(|m| m.node_id).collect();
+    assert_eq!(voters, vec![2, 3, 4]);
+
+    // The new configuration serves and node 4 holds everything.
+    tenant
+        .report(
+            "m-2",
+            d.key.clone(),
+            grant.fencing_token,
+            Report::Committed {
+                receipt: "r".into(),
+            },
+        )
+        .await
+        .expect("report after the change");
+    cluster.converged_among(&[1, 2, 3]).await;
+    let on_new_node = cluster
+        .client_of(3, OPERATOR_KEY)
+        .status_of(0)
+        .await
+        .unwrap();
+    assert_eq!(on_new_node.records_by_state.get("committed"), Some(&1));
+    assert!(on_new_node.voters.iter().all(|m| m.node_id != 1));
+}

@@ -128,8 +128,15 @@ interval_ms = 100
         LedgerClient::new(vec![self.endpoints()[i].clone()], key).expect("client")
     }
 
-    /// Forms the cluster, waits for a leader, registers the tenant and its tools.
+    /// Forms the cluster of all nodes, waits for a leader, registers the tenant and its
+    /// tools.
     pub async fn form(&self) {
+        self.form_with(self.ports.len()).await
+    }
+
+    /// Forms the cluster of the first `voters` nodes; the others stay uninitialised, to be
+    /// added later.
+    pub async fn form_with(&self, voters: usize) {
         let operator = self.client(OPERATOR_KEY);
         wait_until("every node answers", 30_000, || async {
             for i in 0..self.ports.len() {
@@ -144,6 +151,7 @@ interval_ms = 100
             .endpoints()
             .into_iter()
             .enumerate()
+            .take(voters)
             .map(|(i, e)| (i as u64 + 1, e))
             .collect();
         operator.initialize(&members).await.expect("initialize");
@@ -175,19 +183,25 @@ interval_ms = 100
         id as usize - 1
     }
 
-    /// Waits until every running node has applied the same index and holds byte-identical
-    /// ledger state; returns that index.
+    /// Waits until every node has applied the same index and holds byte-identical ledger
+    /// state; returns that index.
     pub async fn converged(&self) -> u64 {
+        self.converged_among(&(0..self.ports.len()).collect::<Vec<_>>())
+            .await
+    }
+
+    /// [`ProcessCluster::converged`] for the nodes `among` (0-based).
+    pub async fn converged_among(&self, among: &[usize]) -> u64 {
         let operator = self.client(OPERATOR_KEY);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let mut seen = Vec::new();
-            for i in 0..self.ports.len() {
+            for &i in among {
                 if let Ok(s) = operator.status_with_digest(i).await {
                     seen.push((s.state_digest_index, s.state_digest));
                 }
             }
-            let all_answered = seen.len() == self.ports.len();
+            let all_answered = seen.len() == among.len();
             if all_answered && seen[0].0.is_some() && seen.windows(2).all(|w| w[0] == w[1]) {
                 return seen[0].0.unwrap_or(0);
             }
