@@ -55,3 +55,8 @@ sleep 1
 bash deploy/cluster.sh status
 
 printf '\none refund was granted once, replayed after a lost answer, a second instance and a leader crash\n'
+
+bash deploy/cluster.sh stop >/dev/null
+trap - EXIT
+step "the same through MCP: stateless tool servers, an agent whose answers get lost"
+bash deploy/mcp-demo.sh

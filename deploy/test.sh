@@ -12,3 +12,9 @@ echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== tests"
 cargo test --workspace --locked
+echo "== simulation lint (rustfmt, clippy -D warnings under --cfg madsim)"
+bash sim-tests/run.sh lint
+echo "== simulation (madsim, fixed seeds, own target dir)"
+bash sim-tests/run.sh
+echo "== simulation determinism (each seed twice in one process)"
+bash sim-tests/run.sh check

@@ -30,18 +30,9 @@ impl LedgerClient {
         i: usize,
         with_state_digest: bool,
     ) -> Result<pb::StatusResponse, ClientError> {
-        let t = self.transport();
-        let request = t.request(pb::StatusRequest { with_state_digest });
-        let mut admin = AdminClient::new(t.channel(i));
-        let call = admin.status(request);
-        match tokio::time::timeout(Duration::from_millis(STATUS_TIMEOUT_MS), call).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(ClientError::from_status(status)),
-            Err(_) => Err(ClientError::Unavailable {
-                attempts: 1,
-                last: format!("{} did not answer", t.endpoints()[i]),
-            }),
-        }
+        self.transport()
+            .status_of(i, with_state_digest, STATUS_TIMEOUT_MS)
+            .await
     }
 
     /// The leader's id and address as the first answering node reports it, and makes the

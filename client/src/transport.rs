@@ -2,16 +2,21 @@
 //! preference, and retries.
 //!
 //! Every node accepts every call (followers forward to the leader), so any endpoint will
-//! do; the client prefers the leader to save a hop and moves on when a node does not
-//! answer. A retry re-sends the *same* request, command id included: if the first attempt
-//! was applied and only its answer was lost, the ledger returns the first outcome instead
-//! of applying it twice.
+//! do; the client prefers the leader to save a hop. When a call fails in a way that says
+//! nothing about the command's fate (no answer, no leader, a timeout), the client asks the
+//! other nodes who leads now and follows that answer (the redirect), or moves on to the next
+//! endpoint when nobody knows. A retry re-sends the *same* request, command id included: if
+//! the first attempt was applied and only its answer was lost, the ledger returns the first
+//! outcome instead of applying it twice, so a leader change mid-call costs a retry, never a
+//! second grant.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ledger_proto::pb;
+use ledger_proto::pb::admin_client::AdminClient;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 
@@ -29,6 +34,10 @@ pub struct RetryPolicy {
     /// Deadline of one attempt.
     pub attempt_timeout_ms: u64,
 }
+
+/// Deadline of one status call made to find the leader after a failure; a node that does
+/// not answer in this time is skipped.
+const LEADER_PROBE_TIMEOUT_MS: u64 = 300;
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -157,12 +166,9 @@ impl Transport {
                 )),
             };
             tracing::debug!(endpoint = %self.inner.endpoints[i], attempt, error = %status, "retrying");
-            // Next endpoint; a healthy one becomes preferred by answering.
-            self.inner
-                .preferred
-                .store((i + 1) % self.inner.endpoints.len(), Ordering::Relaxed);
             last = Some(status);
             if attempt + 1 < retry.attempts {
+                self.redirect_after_failure(i).await;
                 tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                 backoff_ms = (backoff_ms * 2).min(retry.backoff_ms_max);
             }
@@ -171,5 +177,59 @@ impl Transport {
             attempts: retry.attempts,
             last: last.map(|s| s.message().to_owned()).unwrap_or_default(),
         })
+    }
+}
+
+impl Transport {
+    /// After endpoint `failed` did not serve a call: prefer the leader as the other nodes
+    /// see it, or else the next endpoint.
+    async fn redirect_after_failure(&self, failed: usize) {
+        let n = self.inner.endpoints.len();
+        for step in 1..n {
+            let i = (failed + step) % n;
+            if let Some(addr) = self.leader_seen_by(i, LEADER_PROBE_TIMEOUT_MS).await {
+                if self.inner.endpoints.contains(&addr) {
+                    tracing::debug!(leader = %addr, "following the leader");
+                    self.prefer(&addr);
+                    return;
+                }
+            }
+        }
+        self.inner
+            .preferred
+            .store((failed + 1) % n, Ordering::Relaxed);
+    }
+
+    /// The leader's address as endpoint `i` reports it, if it answers within `timeout_ms`
+    /// and knows one.
+    pub async fn leader_seen_by(&self, i: usize, timeout_ms: u64) -> Option<String> {
+        let status = self.status_of(i, false, timeout_ms).await.ok()?;
+        let leader = status.leader_id?;
+        status
+            .voters
+            .iter()
+            .chain(&status.learners)
+            .find(|m| m.node_id == leader)
+            .map(|m| m.addr.clone())
+    }
+
+    /// The status of endpoint `i`, asked once (it is that node's view that matters).
+    pub async fn status_of(
+        &self,
+        i: usize,
+        with_state_digest: bool,
+        timeout_ms: u64,
+    ) -> Result<pb::StatusResponse, ClientError> {
+        let request = self.request(pb::StatusRequest { with_state_digest });
+        let mut admin = AdminClient::new(self.channel(i));
+        let call = admin.status(request);
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(ClientError::from_status(status)),
+            Err(_) => Err(ClientError::Unavailable {
+                attempts: 1,
+                last: format!("{} did not answer", self.inner.endpoints[i]),
+            }),
+        }
     }
 }

@@ -304,6 +304,7 @@ pub(crate) fn grant(
     Grant {
         attempt_id,
         fencing_token,
+        granted_at_ms: now,
         lease_until_ms,
         provider_key: rec.provider_key.clone(),
         horizon_deadline_ms: rec.horizon_deadline_ms,

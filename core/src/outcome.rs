@@ -18,6 +18,10 @@ pub struct Grant {
     pub attempt_id: u32,
     /// Send this with every heartbeat, report or observation.
     pub fencing_token: u64,
+    /// When the attempt was granted (ledger time, ms); with `lease_until_ms` it gives the
+    /// lease's length, which a holder whose answer arrived late compares with the time it
+    /// waited for it.
+    pub granted_at_ms: u64,
     /// The lease runs out at this ledger time (ms); report or heartbeat before.
     pub lease_until_ms: u64,
     /// The idempotency token to send to the provider.

@@ -108,8 +108,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let node = start(&config, disk).await?;
+    serve(node, &config, shutdown).await
+}
+
+/// Serves a started node (its gRPC services and the leader's sweeper) until `shutdown`
+/// resolves, then stops Raft. Split from [`run`] so that a caller that must keep the
+/// [`LedgerNode`] (the simulator reads every replica's state) serves it the same way.
+pub async fn serve(
+    node: LedgerNode,
+    config: &NodeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
     let sweeper = tokio::spawn(sweeper::run(node.clone(), config.sweeper.clone()));
-    let auth = auth::Authenticator::new(&config);
+    let auth = auth::Authenticator::new(config);
     tracing::info!(node_id = config.node_id, addr = %config.listen_addr, "serving");
     let served = Server::builder()
         .add_service(pb::ledger_server::LedgerServer::new(

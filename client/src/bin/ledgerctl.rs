@@ -11,6 +11,7 @@
 //!   change-membership ID ...       make these nodes the voters
 //!   put-tenant TENANT
 //!   put-tool TENANT PROVIDER/NAME CLASS [--horizon-ms N] [--retention-ms N] [--lease-ms N]
+//!   apply-policies FILE            store every tenant and tool policy of a policy file
 //!   claim KEY TOOL INTENT_JSON --command-id ID [--holder H] [--workflow W] [--endpoint I]
 //!   report KEY TOKEN (committed RECEIPT | failed PROOF | unknown REASON) --command-id ID
 //!   get KEY
@@ -21,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use ledger_client::{ClientError, LedgerClient, RetryPolicy};
+use ledger_client::{ClientError, LedgerClient, PolicyFile, RetryPolicy};
 use ledger_core::{
     Authority, Declaration, EffectKey, ReplayClass, Report, TenantSettings, ToolName, ToolPolicy,
     ToolRef,
@@ -160,6 +161,13 @@ async fn run(raw: Vec<String>) -> CliResult {
                 .map_err(show)
         }
         "put-tool" => put_tool(&client, &args).await,
+        "apply-policies" => {
+            let path = args.arg(1, "policy file")?;
+            let file = PolicyFile::load(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+            let sent = file.apply(&client).await.map_err(show)?;
+            println!("applied {sent} tenant and tool policies from {path}");
+            Ok(())
+        }
         "claim" => claim(&client, &args).await,
         "report" => report(&client, &args).await,
         "get" => {

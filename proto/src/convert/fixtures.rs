@@ -44,6 +44,7 @@ pub fn grant() -> Grant {
     Grant {
         attempt_id: 2,
         fencing_token: 17,
+        granted_at_ms: 60_000,
         lease_until_ms: 90_000,
         provider_key: key().provider_key(),
         horizon_deadline_ms: Some(86_400_000),

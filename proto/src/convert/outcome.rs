@@ -35,6 +35,7 @@ impl From<Grant> for pb::Grant {
         pb::Grant {
             attempt_id: g.attempt_id,
             fencing_token: g.fencing_token,
+            granted_at_ms: g.granted_at_ms,
             lease_until_ms: g.lease_until_ms,
             provider_key: g.provider_key,
             horizon_deadline_ms: g.horizon_deadline_ms,
@@ -47,6 +48,7 @@ impl From<pb::Grant> for Grant {
         Grant {
             attempt_id: g.attempt_id,
             fencing_token: g.fencing_token,
+            granted_at_ms: g.granted_at_ms,
             lease_until_ms: g.lease_until_ms,
             provider_key: g.provider_key,
             horizon_deadline_ms: g.horizon_deadline_ms,

@@ -1,0 +1,192 @@
+//! The claim loop: claim, then act on the answer, at most `claims_max` times.
+//!
+//! A run claims again only after something changed what the ledger will answer: another
+//! attempt ended (after a wait), or observation proved that nothing took effect. Every
+//! other answer is returned as it is.
+
+use std::future::Future;
+
+use ledger_core::{ClaimOutcome, EffectState, Unsettled};
+
+use super::dispatch::{grant_still_live, run_attempt, AttemptEnd};
+use super::{ids, AttemptInfo, DispatchResult, EffectOutcome, EffectRun, RunError, Settled};
+use crate::reconcile::Reconciled;
+
+/// What to do after one claim.
+enum Step {
+    /// Answer with this.
+    Answer(EffectOutcome),
+    /// Claim again; answer with this if no claim is left.
+    Again(EffectOutcome),
+}
+
+impl EffectRun<'_> {
+    /// Claims the effect and, when granted, dispatches it once through `dispatch`, which
+    /// receives the attempt (and its provider key) and says what the provider answered.
+    /// `dispatch` is called at most once per granted attempt, and is called again only
+    /// after observation proved that the previous dispatch took no effect.
+    pub async fn run<F, Fut>(self, mut dispatch: F) -> Result<EffectOutcome, RunError>
+    where
+        F: FnMut(AttemptInfo) -> Fut,
+        Fut: Future<Output = DispatchResult>,
+    {
+        let runner = self.runner;
+        let deadline =
+            tokio::time::Instant::now() + std::time::Duration::from_millis(self.wait_in_flight_ms);
+        let claims_max = runner.options().claims_max.max(1);
+        let mut claims = 0;
+        loop {
+            claims += 1;
+            let key = &self.call.declaration.key;
+            let id = ids::claim(key, &runner.next_invocation());
+            let asked_at = tokio::time::Instant::now();
+            let claim = runner
+                .ledger()
+                .claim(
+                    &id,
+                    self.call.declaration.clone(),
+                    runner.holder(),
+                    Some(runner.options().lease_ms),
+                    self.call.confirmation.clone(),
+                )
+                .await?;
+            let step = match claim {
+                ClaimOutcome::Proceed(grant)
+                    if !grant_still_live(runner, key, &grant, asked_at).await =>
+                {
+                    // Nothing was sent; the ledger's next answer says who holds it now.
+                    Step::Again(EffectOutcome::Unknown {
+                        reason: "the grant arrived after its lease could have run out; \
+                                 nothing was sent"
+                            .into(),
+                    })
+                }
+                ClaimOutcome::Proceed(grant) => {
+                    let end = run_attempt(runner, key, &grant, &mut dispatch).await?;
+                    self.after_dispatch(end).await?
+                }
+                ClaimOutcome::Replay { receipt } => {
+                    Step::Answer(EffectOutcome::Replayed { receipt })
+                }
+                ClaimOutcome::InFlight {
+                    holder,
+                    attempt_id,
+                    lease_until_ms,
+                } => {
+                    let in_flight = EffectOutcome::InFlight {
+                        holder,
+                        attempt_id,
+                        lease_until_ms,
+                    };
+                    self.wait_for_other(in_flight, deadline).await?
+                }
+                ClaimOutcome::Reconcile(u) => self.settle(u, false).await?,
+                ClaimOutcome::HorizonPassed(u) => self.settle(u, true).await?,
+                ClaimOutcome::Conflict(c) => Step::Answer(EffectOutcome::Conflict(c)),
+                ClaimOutcome::Escalated { reason } => {
+                    Step::Answer(EffectOutcome::Escalated { reason })
+                }
+            };
+            match step {
+                Step::Answer(outcome) => return Ok(outcome),
+                Step::Again(outcome) if claims >= claims_max => return Ok(outcome),
+                Step::Again(_) => {}
+            }
+        }
+    }
+
+    /// What a reported attempt comes to; an unknown outcome is reconciled right away
+    /// when an adapter is at hand.
+    async fn after_dispatch(&self, end: AttemptEnd) -> Result<Step, RunError> {
+        let ours = match &end.result {
+            DispatchResult::Committed { receipt } => Some(receipt.clone()),
+            _ => None,
+        };
+        let committed = |receipt: Option<String>| match (ours.clone(), receipt) {
+            (Some(ours), stored) => EffectOutcome::Done {
+                receipt: stored.unwrap_or(ours),
+            },
+            (None, stored) => EffectOutcome::Replayed {
+                receipt: stored.unwrap_or_default(),
+            },
+        };
+        match (end.state, end.result) {
+            (Some(EffectState::Committed), _) => Ok(Step::Answer(committed(end.receipt))),
+            (Some(EffectState::FailedBeforeEffect), DispatchResult::NotCommitted { proof }) => {
+                Ok(Step::Answer(EffectOutcome::FailedBeforeEffect { proof }))
+            }
+            (_, result) => {
+                let reason = match result {
+                    DispatchResult::Unknown { reason } => reason,
+                    DispatchResult::NotCommitted { proof } => format!(
+                        "this attempt failed before effect ({proof}) but an earlier dispatch \
+                         is unsettled"
+                    ),
+                    DispatchResult::Committed { .. } => {
+                        "the ledger no longer took this attempt's report".into()
+                    }
+                };
+                let unknown = EffectOutcome::Unknown { reason };
+                match self.observe().await? {
+                    // Observed after this call's own dispatch: that dispatch did it.
+                    Some(Reconciled::Committed { receipt }) => {
+                        Ok(Step::Answer(EffectOutcome::Done { receipt }))
+                    }
+                    Some(Reconciled::NotCommitted) => Ok(Step::Again(unknown)),
+                    Some(Reconciled::Escalated { reason }) => {
+                        Ok(Step::Answer(EffectOutcome::Escalated { reason }))
+                    }
+                    _ => Ok(Step::Answer(unknown)),
+                }
+            }
+        }
+    }
+
+    /// Settles an unknown outcome the claim reported, by observation when possible.
+    async fn settle(&self, unsettled: Unsettled, horizon_passed: bool) -> Result<Step, RunError> {
+        let as_is = if horizon_passed {
+            EffectOutcome::HorizonPassed(unsettled)
+        } else {
+            EffectOutcome::NeedsReconcile(unsettled)
+        };
+        Ok(match self.observe().await? {
+            Some(Reconciled::Committed { receipt }) => {
+                Step::Answer(EffectOutcome::Replayed { receipt })
+            }
+            Some(Reconciled::NotCommitted) => Step::Again(as_is),
+            Some(Reconciled::Escalated { reason }) => {
+                Step::Answer(EffectOutcome::Escalated { reason })
+            }
+            _ => Step::Answer(as_is),
+        })
+    }
+
+    /// Reconciles through the adapter, if there is one.
+    async fn observe(&self) -> Result<Option<Reconciled>, RunError> {
+        let Some(adapter) = self.adapter else {
+            return Ok(None);
+        };
+        let key = &self.call.declaration.key;
+        Ok(Some(
+            self.runner.reconcile(key, adapter, &self.reconcile).await?,
+        ))
+    }
+
+    /// Waits for another attempt to end, within the run's wait.
+    async fn wait_for_other(
+        &self,
+        in_flight: EffectOutcome,
+        deadline: tokio::time::Instant,
+    ) -> Result<Step, RunError> {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(Step::Answer(in_flight));
+        }
+        let wait_ms = (deadline - now).as_millis() as u64;
+        let key = &self.call.declaration.key;
+        Ok(match self.runner.wait_until_settled(key, wait_ms).await? {
+            Settled::Ended(_) => Step::Again(in_flight),
+            Settled::TimedOut(_) | Settled::Missing => Step::Answer(in_flight),
+        })
+    }
+}

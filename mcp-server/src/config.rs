@@ -1,0 +1,240 @@
+//! The tool server's configuration: a TOML file, with the per-instance values
+//! overridable by flags so that several instances share one file.
+//!
+//! ```toml
+//! listen_addr = "127.0.0.1:8401"
+//! instance = "mcp-a"                     # the holder name in every attempt it makes
+//! namespace = "mcp"                      # effect keys are tenant/namespace/key
+//! ledger_endpoints = ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]
+//! policy_file = "policies.toml"          # the operator's tool policies (relative to this file)
+//! provider_addr = "127.0.0.1:8400"       # the (fake) providers
+//! request_state_key = "at least 32 bytes, the same on every instance"
+//!
+//! [[tenants]]
+//! name = "acme"
+//! agent_token = "the bearer token acme's agents present"
+//! ledger_api_key = "acme's key at the ledger"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The text is not a configuration.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    /// A flag is unknown or lacks its value.
+    #[error("{0}")]
+    Flag(String),
+}
+
+/// A tenant this server acts for.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant id at the ledger.
+    pub name: String,
+    /// The bearer token its agents present on every request.
+    pub agent_token: String,
+    /// The tenant's API key at the ledger.
+    pub ledger_api_key: String,
+}
+
+/// A tool server instance's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Where to listen (port 0 picks one; the bound address is printed).
+    pub listen_addr: SocketAddr,
+    /// This instance's name: the holder of every attempt it makes.
+    pub instance: String,
+    /// The namespace of its effect keys.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Ledger nodes, `host:port`.
+    pub ledger_endpoints: Vec<String>,
+    /// The operator's tool policy file.
+    pub policy_file: PathBuf,
+    /// The providers, `host:port`.
+    pub provider_addr: String,
+    /// The key that seals `input_required` request state; the same on every instance, so
+    /// any instance can take the re-sent request.
+    pub request_state_key: String,
+    /// Largest tool arguments accepted, as JSON bytes.
+    #[serde(default = "default_arguments_bytes_max")]
+    pub arguments_bytes_max: usize,
+    /// Lease of each attempt; heartbeats extend it every third while a dispatch runs, and
+    /// if this instance dies mid-dispatch the effect turns unknown when it runs out.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// How long a call waits for another attempt of its effect to end.
+    #[serde(default = "default_wait_in_flight_ms")]
+    pub wait_in_flight_ms: u64,
+    /// Longest exchange with a provider.
+    #[serde(default = "default_provider_timeout_ms")]
+    pub provider_timeout_ms: u64,
+    /// How long the message provider's search lags behind its sends.
+    #[serde(default)]
+    pub message_settle_ms: u64,
+    /// `Host` values accepted (DNS-rebinding protection); loopback names when empty.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// The tenants served.
+    pub tenants: Vec<TenantConfig>,
+}
+
+fn default_namespace() -> String {
+    "mcp".into()
+}
+
+fn default_arguments_bytes_max() -> usize {
+    16 * 1024
+}
+
+fn default_lease_ms() -> u64 {
+    30_000
+}
+
+fn default_wait_in_flight_ms() -> u64 {
+    5_000
+}
+
+fn default_provider_timeout_ms() -> u64 {
+    5_000
+}
+
+impl ServerConfig {
+    /// Parses and checks a configuration; relative paths are taken from `dir`.
+    pub fn from_toml(text: &str, dir: &Path) -> Result<Self, ConfigError> {
+        let mut config: ServerConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if config.policy_file.is_relative() {
+            config.policy_file = dir.join(&config.policy_file);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Loads `--config <file>` and applies `--listen ip:port` and `--instance name`.
+    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, ConfigError> {
+        let mut args = args.into_iter();
+        let (mut path, mut listen, mut instance) = (None, None, None);
+        while let Some(flag) = args.next() {
+            let value = args
+                .next()
+                .ok_or_else(|| ConfigError::Flag(format!("{flag} needs a value")))?;
+            match flag.as_str() {
+                "--config" => path = Some(PathBuf::from(value)),
+                "--listen" => listen = Some(value),
+                "--instance" => instance = Some(value),
+                other => {
+                    return Err(ConfigError::Flag(format!(
+                        "unknown flag {other}; usage: ledger-mcp-server --config <file> \
+                         [--listen ip:port] [--instance name]"
+                    )))
+                }
+            }
+        }
+        let path = path.ok_or_else(|| ConfigError::Flag("--config <file> is required".into()))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Read {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut config = Self::from_toml(&text, dir)?;
+        if let Some(listen) = listen {
+            config.listen_addr = listen
+                .parse()
+                .map_err(|_| ConfigError::Flag(format!("--listen {listen} is not ip:port")))?;
+        }
+        if let Some(instance) = instance {
+            config.instance = instance;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if self.instance.is_empty() || self.namespace.is_empty() {
+            return invalid("instance and namespace must not be empty");
+        }
+        if self.lease_ms < 30 {
+            return invalid("lease_ms must be at least 30");
+        }
+        if self.ledger_endpoints.is_empty() {
+            return invalid("ledger_endpoints must name at least one node");
+        }
+        if self.request_state_key.len() < 32 {
+            return invalid("request_state_key must be at least 32 bytes");
+        }
+        if self.tenants.is_empty() {
+            return invalid("at least one tenant is required");
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.agent_token.len() < 16 {
+                return invalid("agent tokens must be at least 16 bytes");
+            }
+            if self.tenants[..i]
+                .iter()
+                .any(|o| o.agent_token == t.agent_token)
+            {
+                return invalid("two tenants share an agent token");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        listen_addr = "127.0.0.1:0"
+        instance = "mcp-a"
+        ledger_endpoints = ["127.0.0.1:7101"]
+        policy_file = "policies.toml"
+        provider_addr = "127.0.0.1:8400"
+        request_state_key = "0123456789abcdef0123456789abcdef"
+        [[tenants]]
+        name = "acme"
+        agent_token = "agent-acme-token-01"
+        ledger_api_key = "acme-ledger-key-0001"
+    "#;
+
+    #[test]
+    fn a_minimal_config_gets_defaults_and_resolves_the_policy_path() {
+        let c = ServerConfig::from_toml(MINIMAL, Path::new("/etc/mcp")).unwrap();
+        assert_eq!(c.namespace, "mcp");
+        assert_eq!(c.policy_file, PathBuf::from("/etc/mcp/policies.toml"));
+        assert_eq!(c.arguments_bytes_max, 16 * 1024);
+    }
+
+    #[test]
+    fn unsafe_configs_are_refused() {
+        for bad in [
+            MINIMAL.replace("0123456789abcdef0123456789abcdef", "short"),
+            MINIMAL.replace("agent-acme-token-01", "short"),
+            MINIMAL.replace(r#"["127.0.0.1:7101"]"#, "[]"),
+            format!("{MINIMAL}\nsurprise = 1"),
+        ] {
+            assert!(
+                ServerConfig::from_toml(&bad, Path::new(".")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

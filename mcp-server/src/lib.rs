@@ -1,0 +1,105 @@
+//! A stateless MCP tool server that cannot do a thing twice, with fake providers to prove it.
+//!
+//! The server speaks MCP 2026-07-28 over Streamable HTTP without sessions (rmcp's
+//! `StreamableHttpService` with no session manager): each `tools/call` carries its tenant
+//! (bearer token), its effect identity (`_meta`), and its arguments, so any instance can
+//! take any request, including a retry whose first answer was lost and an
+//! `input_required` re-send. Mutating tools run through the effect ledger with
+//! [`ledger_client::EffectRunner`]; the read-only tool bypasses it.
+//!
+//! Map of the modules:
+//! - [`config`]: the server's TOML configuration.
+//! - [`server`]: the MCP handler: checks, tenant, `_meta`, effect key, dispatch to a tool.
+//! - [`meta`]: the `_meta` fields read (`dev.effect-ledger/...`).
+//! - [`tools`]: the five tools, their schemas, hints and intents.
+//! - `effects`: each tool's effect, around the client library.
+//! - [`confirm`]: the user's confirmation as an `input_required` round trip.
+//! - [`reply`]: outcomes to tool results and MCP errors.
+//! - [`providers`]: provider calls, HTTP classification, reconciliation look-ups.
+//! - [`fake`]: the fake providers (payments, help desk, messaging, deploys).
+//! - [`proxy`]: an HTTP proxy that loses answers on purpose.
+//! - [`agent`]: an MCP client as an agent runtime would use it.
+//! - [`http`]: small hyper helpers.
+
+pub mod agent;
+pub mod config;
+pub mod confirm;
+mod effects;
+pub mod fake;
+pub mod http;
+pub mod meta;
+pub mod providers;
+pub mod proxy;
+pub mod reply;
+pub mod server;
+pub mod tools;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::net::TcpListener;
+
+pub use config::ServerConfig;
+pub use server::{StartError, ToolServer};
+
+/// Largest HTTP request body the server reads (arguments have their own, smaller limit).
+const REQUEST_BODY_BYTES_MAX: usize = 256 * 1024;
+
+/// Binds the server's listener; returns it and its address.
+pub async fn bind(config: &ServerConfig) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listen = |e: std::io::Error| StartError::Listen {
+        addr: config.listen_addr.to_string(),
+        message: e.to_string(),
+    };
+    let listener = TcpListener::bind(config.listen_addr)
+        .await
+        .map_err(listen)?;
+    let addr = listener.local_addr().map_err(listen)?;
+    Ok((listener, addr))
+}
+
+/// Serves MCP on `listener` until `shutdown` resolves.
+pub async fn serve(
+    config: ServerConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let mut http = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    if !config.allowed_hosts.is_empty() {
+        http = http.with_allowed_hosts(config.allowed_hosts.clone());
+    }
+    let handler = ToolServer::new(config)?;
+    http.stateless_protocol_metadata_required = true;
+    http.max_request_body_bytes = REQUEST_BODY_BYTES_MAX;
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(NeverSessionManager::default()),
+        http,
+    );
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let service = TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,149 @@
+//! What a tool call answers, from what running its effect came to.
+//!
+//! A committed effect (this call's or an earlier one's) is a result with the provider's
+//! receipt. Everything else the agent should read is a tool error (`isError`) saying what
+//! is known and what a retry will do. Bad input is an MCP protocol error (invalid
+//! params): a key reused with other arguments, names the differing fields.
+
+use rmcp::model::{CallToolResult, ContentBlock, ErrorData};
+use serde_json::{json, Value};
+
+use ledger_client::{ClientError, DispatchResult, EffectOutcome, RunError};
+use ledger_core::{EffectKey, IntentConflict, Refusal};
+
+/// How an effect ended, for the tool's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finished {
+    /// Committed; the receipt as JSON (a string when the receipt is not JSON).
+    Committed {
+        /// The provider's receipt.
+        receipt: Value,
+        /// Whether it was committed before this call.
+        replayed: bool,
+    },
+    /// Not committed (yet): the tool error to answer with.
+    NotCommitted(Value),
+}
+
+/// What an effect run answers.
+pub fn finish(
+    key: &EffectKey,
+    result: Result<EffectOutcome, RunError>,
+) -> Result<Finished, ErrorData> {
+    let not_done = |outcome: &str, detail: String, advice: &str| {
+        Ok(Finished::NotCommitted(json!({
+            "effect": { "key": key.to_string(), "outcome": outcome },
+            "detail": detail,
+            "advice": advice,
+        })))
+    };
+    const RETRY: &str = "call again with the same _meta and arguments: the ledger settles the \
+                         outcome with the provider before anything is sent again";
+    match result {
+        Ok(EffectOutcome::Done { receipt }) => Ok(committed(receipt, false)),
+        Ok(EffectOutcome::Replayed { receipt }) => Ok(committed(receipt, true)),
+        Ok(EffectOutcome::FailedBeforeEffect { proof }) => not_done(
+            "failed_before_effect",
+            proof,
+            "nothing took effect; correct the request before calling again",
+        ),
+        Ok(EffectOutcome::Unknown { reason }) => not_done("unknown", reason, RETRY),
+        Ok(EffectOutcome::NeedsReconcile(u)) => not_done(
+            "unknown",
+            format!("{} dispatch(es) unsettled", u.dispatches),
+            RETRY,
+        ),
+        Ok(EffectOutcome::HorizonPassed(u)) => not_done(
+            "horizon_passed",
+            format!("the provider no longer deduplicates {}", u.provider_key),
+            "an operator or a reconciliation must settle it; a blind re-send is not protected",
+        ),
+        Ok(EffectOutcome::InFlight { holder, .. }) => not_done(
+            "in_flight",
+            format!("another attempt, held by {holder}, is running"),
+            "call again later with the same _meta and arguments",
+        ),
+        Ok(EffectOutcome::Escalated { reason }) => not_done(
+            "escalated",
+            format!("{reason:?}"),
+            "an operator must decide; do not call again",
+        ),
+        Ok(EffectOutcome::Conflict(c)) => Err(conflict(key, &c)),
+        Err(RunError::Ledger(ClientError::Refused(r))) => Err(refusal(key, &r)),
+        Err(RunError::Ledger(e)) => not_done(
+            "not_started",
+            format!("the ledger could not be reached: {e}"),
+            "nothing was sent; call again",
+        ),
+        Err(RunError::Unreported { result, source }) => match result {
+            DispatchResult::Committed { receipt } => Ok(committed(receipt, false)),
+            _ => not_done(
+                "unknown",
+                format!("the ledger did not take the report: {source}"),
+                RETRY,
+            ),
+        },
+    }
+}
+
+fn committed(receipt: String, replayed: bool) -> Finished {
+    Finished::Committed {
+        receipt: serde_json::from_str(&receipt).unwrap_or(Value::String(receipt)),
+        replayed,
+    }
+}
+
+/// The MCP error for a key used before with other arguments.
+pub fn conflict(key: &EffectKey, c: &IntentConflict) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "effect key {key} was used before with different arguments; differing fields: {}",
+            c.differing_fields.join(", ")
+        ),
+        Some(json!({
+            "effect_key": key.to_string(),
+            "differing_fields": c.differing_fields,
+            "stored_intent_hash": c.stored_hash.to_string(),
+            "offered_intent_hash": c.offered_hash.to_string(),
+        })),
+    )
+}
+
+/// The MCP error for a ledger refusal.
+pub fn refusal(key: &EffectKey, r: &Refusal) -> ErrorData {
+    match r {
+        Refusal::Conflict(c) => conflict(key, c),
+        Refusal::InvalidField(_) | Refusal::InvalidIntent(_) | Refusal::ConfirmationRequired => {
+            ErrorData::invalid_params(r.to_string(), None)
+        }
+        Refusal::UnknownTenant(_) | Refusal::WrongTenant { .. } | Refusal::NotPermitted { .. } => {
+            ErrorData::invalid_params(format!("wrong tenant: {r}"), None)
+        }
+        _ => ErrorData::internal_error(format!("the ledger refused: {r}"), None),
+    }
+}
+
+/// A successful call's result: `body` as structured content and as text.
+pub fn success(body: Value) -> CallToolResult {
+    let mut result = CallToolResult::structured(body.clone());
+    result.content = vec![ContentBlock::text(body.to_string())];
+    result
+}
+
+/// A tool error: `body` as structured content and as text.
+pub fn failure(body: Value) -> CallToolResult {
+    let mut result = CallToolResult::structured_error(body.clone());
+    result.content = vec![ContentBlock::text(body.to_string())];
+    result
+}
+
+/// The body of a committed effect.
+pub fn committed_body(key: &EffectKey, receipt: &Value, replayed: bool) -> Value {
+    json!({
+        "effect": {
+            "key": key.to_string(),
+            "outcome": if replayed { "replayed" } else { "done" },
+        },
+        "receipt": receipt,
+    })
+}

@@ -1,0 +1,322 @@
+//! The MCP handler: checks a `tools/call`, derives its effect, and hands it to the tool.
+//!
+//! Every request stands alone (stateless MCP): the tenant comes from the request's bearer
+//! token, the effect's identity from its `_meta`, the intent from its arguments. Checks
+//! run in an order that stores nothing until all of them passed: tool, size, tenant,
+//! `_meta`, arguments, policy, key. Only then does the ledger hear of the call.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, InputResponses,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig as McpServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+
+use ledger_client::policy_file::describe;
+use ledger_client::{effect_key, EffectCall, EffectRunner, LedgerClient, PolicyFile, RunOptions};
+use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, ToolRef};
+
+use crate::config::ServerConfig;
+use crate::confirm::Confirmations;
+use crate::meta::LedgerMeta;
+use crate::providers::ProviderClient;
+use crate::tools::{ToolArgs, ToolSpec, CATALOGUE};
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The policy file could not be loaded.
+    #[error(transparent)]
+    Policies(#[from] ledger_client::policy_file::PolicyFileError),
+    /// The ledger client could not be made.
+    #[error(transparent)]
+    Ledger(#[from] ledger_client::ClientError),
+    /// The request-state key is unusable.
+    #[error(transparent)]
+    Key(#[from] crate::confirm::KeyError),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {message}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A tenant this instance serves.
+pub(crate) struct Tenant {
+    pub name: String,
+    token: String,
+    pub runner: EffectRunner,
+}
+
+pub(crate) struct Inner {
+    pub config: ServerConfig,
+    tenants: Vec<Tenant>,
+    policies: PolicyFile,
+    pub providers: ProviderClient,
+    pub confirmations: Confirmations,
+}
+
+/// One instance's MCP handler; cheap to clone (one per request).
+#[derive(Clone)]
+pub struct ToolServer {
+    inner: Arc<Inner>,
+}
+
+/// A call that passed every check.
+struct Checked<'a> {
+    spec: &'static ToolSpec,
+    tenant: &'a Tenant,
+    meta: LedgerMeta,
+    args: ToolArgs,
+    policy: &'a ToolPolicy,
+}
+
+/// A checked call, ready to run its effect.
+pub(crate) struct Call<'a> {
+    pub server: &'a Inner,
+    pub tenant: &'a Tenant,
+    pub policy: &'a ToolPolicy,
+    pub declaration: Declaration,
+    pub request_state: Option<String>,
+    pub input_responses: Option<InputResponses>,
+}
+
+impl Call<'_> {
+    /// The effect call, with the user's confirmation if any.
+    pub fn effect(&self, confirmation: Option<String>) -> EffectCall {
+        EffectCall {
+            declaration: self.declaration.clone(),
+            confirmation,
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ErrorData {
+    ErrorData::invalid_params(message.into(), None)
+}
+
+impl ToolServer {
+    /// A handler for `config`: loads the operator's policies and prepares a ledger client
+    /// per tenant.
+    pub fn new(config: ServerConfig) -> Result<Self, StartError> {
+        let policies = PolicyFile::load(&config.policy_file)?;
+        let tenants = config
+            .tenants
+            .iter()
+            .map(|t| {
+                let ledger = LedgerClient::new(config.ledger_endpoints.clone(), &t.ledger_api_key)?;
+                Ok(Tenant {
+                    name: t.name.clone(),
+                    token: t.agent_token.clone(),
+                    runner: EffectRunner::new(ledger, config.instance.clone()).with_options(
+                        RunOptions {
+                            lease_ms: config.lease_ms,
+                            ..RunOptions::default()
+                        },
+                    ),
+                })
+            })
+            .collect::<Result<_, StartError>>()?;
+        let providers = ProviderClient::new(
+            config.provider_addr.clone(),
+            config.provider_timeout_ms,
+            config.message_settle_ms,
+        );
+        let confirmations = Confirmations::new(&config.request_state_key)?;
+        Ok(ToolServer {
+            inner: Arc::new(Inner {
+                config,
+                tenants,
+                policies,
+                providers,
+                confirmations,
+            }),
+        })
+    }
+}
+
+impl Inner {
+    /// The tenant whose agent token the request carries.
+    fn tenant(&self, context: &RequestContext<RoleServer>) -> Option<&Tenant> {
+        let parts = context.extensions.get::<http::request::Parts>()?;
+        let header = parts
+            .headers
+            .get(http::header::AUTHORIZATION)?
+            .to_str()
+            .ok()?;
+        let token = header.strip_prefix("Bearer ")?;
+        self.tenants.iter().find(|t| t.token == token)
+    }
+
+    fn policy(&self, tenant: &str, spec: &ToolSpec) -> Option<&ToolPolicy> {
+        let tool = ToolName {
+            provider: spec.provider.into(),
+            name: spec.name.into(),
+        };
+        self.policies.policy(tenant, &tool)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let checked = self.check(&request, &context)?;
+        if checked.policy.class == ReplayClass::ReadOnly {
+            return crate::effects::read_only(self, &checked.args).await;
+        }
+        let declaration = self.declaration(&checked)?;
+        let call = Call {
+            server: self,
+            tenant: checked.tenant,
+            policy: checked.policy,
+            declaration,
+            request_state: request.request_state,
+            input_responses: request.input_responses,
+        };
+        crate::effects::run(&call, &checked.args).await
+    }
+
+    /// Every check of a call, in an order that stores nothing until all passed.
+    fn check<'a>(
+        &'a self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Checked<'a>, ErrorData> {
+        let spec = crate::tools::find(&request.name).ok_or_else(|| {
+            invalid(format!(
+                "unknown tool {:?}; tools/list names the tools",
+                request.name
+            ))
+        })?;
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let size = serde_json::to_string(&arguments).map_or(usize::MAX, |s| s.len());
+        if size > self.config.arguments_bytes_max {
+            return Err(invalid(format!(
+                "arguments are {size} bytes, more than the limit of {}",
+                self.config.arguments_bytes_max
+            )));
+        }
+        let tenant = self.tenant(context).ok_or_else(|| {
+            ErrorData::invalid_request("no or unknown bearer token: the tenant is unknown", None)
+        })?;
+        let meta = LedgerMeta::from_meta(&context.meta.0 .0).map_err(|e| invalid(e.to_string()))?;
+        if let Some(claimed) = meta.tenant.as_deref().filter(|t| *t != tenant.name) {
+            return Err(invalid(format!(
+                "wrong tenant: _meta names {claimed:?}, the token belongs to {:?}",
+                tenant.name
+            )));
+        }
+        let args = ToolArgs::parse(spec, &arguments).map_err(|e| invalid(e.to_string()))?;
+        let policy = self.policy(&tenant.name, spec).ok_or_else(|| {
+            ErrorData::internal_error(
+                format!(
+                    "no operator policy for {}/{}; the tool stays off",
+                    spec.provider, spec.name
+                ),
+                None,
+            )
+        })?;
+        Ok(Checked {
+            spec,
+            tenant,
+            meta,
+            args,
+            policy,
+        })
+    }
+
+    /// The effect a checked call declares, its key derived in code.
+    fn declaration(&self, c: &Checked<'_>) -> Result<Declaration, ErrorData> {
+        let intent_json = c.args.intent().to_string();
+        let tool = ToolName {
+            provider: c.spec.provider.into(),
+            name: c.spec.name.into(),
+        };
+        let source = c
+            .meta
+            .key_source(&tool, &intent_json, &c.policy.volatile_fields)
+            .map_err(|e| invalid(e.to_string()))?;
+        let key = effect_key(&c.tenant.name, &self.config.namespace, source)
+            .map_err(|e| invalid(format!("effect key: {e}")))?;
+        Ok(Declaration {
+            key,
+            workflow_id: c.meta.workflow().to_owned(),
+            tool: ToolRef {
+                provider: tool.provider,
+                name: tool.name,
+                contract_version: "v1".into(),
+            },
+            authority: Authority {
+                principal: format!("agent:{}", c.tenant.name),
+                policy_generation: 1,
+            },
+            target: c.args.target(),
+            intent_json,
+        })
+    }
+
+    fn list(&self, context: &RequestContext<RoleServer>) -> ListToolsResult {
+        let tenant = self.tenant(context).unwrap_or(&self.tenants[0]);
+        let tools = CATALOGUE
+            .iter()
+            .map(|spec| {
+                let policy = self.policy(&tenant.name, spec).map_or_else(
+                    || "No operator policy: calls are refused.".to_owned(),
+                    |p| format!("[{}]", describe(p, &spec.hints)),
+                );
+                spec.to_tool(&policy)
+            })
+            .collect();
+        ListToolsResult::with_all_items(tools)
+    }
+}
+
+impl ServerHandler for ToolServer {
+    fn get_info(&self) -> McpServerConfig {
+        McpServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "ledger-mcp-example",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_protocol_version(ProtocolVersion::V_2026_07_28)
+            .with_instructions(
+                "Mutating tools run through the effect ledger. Set _meta \
+                 dev.effect-ledger/effect-key, or dev.effect-ledger/workflow-id and \
+                 dev.effect-ledger/turn-id, from the agent runtime; a retry with the same \
+                 _meta and arguments never causes a second effect.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(self.inner.list(&context))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.clone();
+        let result = self.inner.call_tool(request, context).await;
+        if let Err(e) = &result {
+            tracing::info!(tool = %name, error = %e.message, "refused");
+        }
+        result
+    }
+}

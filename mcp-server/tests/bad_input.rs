@@ -1,0 +1,195 @@
+//! Bad input on real processes: every malformed call is a clear MCP error, and nothing
+//! stored changes, neither in the ledger nor at any provider.
+
+mod common;
+
+use common::*;
+use http::Method;
+use ledger_mcp_example::agent;
+use ledger_mcp_example::http::send_json;
+use serde_json::json;
+
+const KEY: &str = "dev.effect-ledger/effect-key";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_clear_mcp_error_and_changes_nothing() {
+    let world = World::start(30_000).await;
+    let session = world.agent("mcp-a").await;
+    let meta = agent::turn_meta("wf-bad", "turn-1");
+    let mut wrong_tenant = meta.clone();
+    wrong_tenant["dev.effect-ledger/tenant"] = json!("ghost");
+    let huge = json!({ "subject": "s", "body": "x".repeat(5_000) });
+    let cases = [
+        (
+            call("rm_rf", "t", json!({})),
+            -32602,
+            "unknown tool \"rm_rf\"",
+        ),
+        (
+            agent::call("refund", refund_args(1), json!({ KEY: 7 })),
+            -32602,
+            "must be a string",
+        ),
+        (
+            agent::call(
+                "refund",
+                refund_args(1),
+                json!({ "dev.effect-ledger/effect_key": "k" }),
+            ),
+            -32602,
+            "unknown _meta field",
+        ),
+        (
+            agent::call("refund", refund_args(1), json!({ KEY: "has space" })),
+            -32602,
+            "effect key",
+        ),
+        (
+            agent::call("refund", refund_args(1), json!({})),
+            -32602,
+            "needs _meta",
+        ),
+        (
+            agent::call("create_ticket", huge, meta.clone()),
+            -32602,
+            "more than the limit",
+        ),
+        (
+            agent::call(
+                "refund",
+                json!({ "order_id": "o", "amount_cents": -5, "currency": "EUR" }),
+                meta.clone(),
+            ),
+            -32602,
+            "invalid arguments for refund",
+        ),
+        (
+            agent::call("refund", refund_args(1), wrong_tenant),
+            -32602,
+            "wrong tenant",
+        ),
+    ];
+    for (params, code, expected) in cases {
+        let error = mcp_error(session.call_tool_once(params.clone()).await);
+        assert_eq!(error.code.0, code, "{params:?}: {error:?}");
+        assert!(
+            error.message.contains(expected),
+            "{params:?}: {}",
+            error.message
+        );
+    }
+
+    // A token the server does not know, and a tenant the ledger does not know.
+    let stranger = world.agent_with("mcp-a", "not-a-known-agent-token").await;
+    let error = mcp_error(
+        stranger
+            .call_tool_once(call("refund", "t", refund_args(1)))
+            .await,
+    );
+    assert!(error.message.contains("bearer token"), "{}", error.message);
+    let ghost = world.agent_with("mcp-a", GHOST_TOKEN).await;
+    let error = mcp_error(
+        ghost
+            .call_tool_once(call("refund", "t", refund_args(1)))
+            .await,
+    );
+    assert!(
+        error.message.contains("unknown tenant \"ghost\""),
+        "{}",
+        error.message
+    );
+
+    // Not MCP at all, straight at a server.
+    let raw = send_json(
+        &world.servers["mcp-b"].addr,
+        Method::POST,
+        "/mcp",
+        &[("accept", "application/json, text/event-stream")],
+        Some(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": { "name": "refund", "arguments": refund_args(1) } })),
+        5_000,
+    )
+    .await
+    .unwrap();
+    assert!((400..500).contains(&raw.status), "{raw:?}");
+
+    assert!(
+        world.counts().await.values().all(|n| *n == 0),
+        "{}",
+        world.effects().await
+    );
+    assert!(world.records().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_with_other_arguments_names_the_differing_fields() {
+    let world = World::start(30_000).await;
+    let session = world.agent("mcp-a").await;
+    let meta = json!({ KEY: "wf-7/turn-2/refund" });
+    let first = body(&complete(
+        session
+            .call_tool_once(agent::call("refund", refund_args(500), meta.clone()))
+            .await,
+    ));
+    assert_eq!(first["effect"]["outcome"], "done");
+    // A "repaired" retry changes the amount: refused, and nothing is refunded again.
+    let error = mcp_error(
+        world
+            .agent("mcp-b")
+            .await
+            .call_tool_once(agent::call("refund", refund_args(5_000), meta))
+            .await,
+    );
+    assert_eq!(error.code.0, -32602);
+    assert!(
+        error.message.contains("differing fields: amount_cents"),
+        "{}",
+        error.message
+    );
+    let data = error.data.expect("structured data");
+    assert_eq!(data["differing_fields"], json!(["amount_cents"]));
+    assert_ne!(data["stored_intent_hash"], data["offered_intent_hash"]);
+    assert_eq!(world.counts().await["refunds"], 1);
+    assert_eq!(world.records().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declined_or_carried_over_confirmation_sends_nothing() {
+    let world = World::start(30_000).await;
+    let session = world.agent("mcp-a").await;
+    let send = call(
+        "send_message",
+        "turn-3",
+        json!({ "recipients": ["ana@example.com"], "text": "hi" }),
+    );
+    let Ok(rmcp::model::CallToolResponse::InputRequired(asked)) =
+        session.call_tool_once(send.clone()).await
+    else {
+        panic!("an irreversible send must ask first");
+    };
+    let mut declined = send;
+    let no = serde_json::to_value(agent::confirmation(false)).unwrap();
+    declined.input_responses = Some([("confirm".to_owned(), no)].into());
+    declined.request_state = asked.request_state.clone();
+    let result = complete(session.call_tool_once(declined).await);
+    assert_eq!(result.is_error, Some(true));
+    assert_eq!(
+        result.structured_content.unwrap()["effect"]["outcome"],
+        "declined"
+    );
+    // A confirmation given for one message does not open for another.
+    let mut other = call(
+        "send_message",
+        "turn-3",
+        json!({ "recipients": ["bo@example.com"], "text": "hi" }),
+    );
+    other.input_responses = Some(confirmed());
+    other.request_state = asked.request_state;
+    let error = mcp_error(session.call_tool_once(other).await);
+    assert!(
+        error.message.contains("requestState does not match"),
+        "{}",
+        error.message
+    );
+    assert_eq!(world.counts().await["messages"], 0);
+}

@@ -1,0 +1,273 @@
+//! One round of one effect for a workload client: claim, and act on the answer (dispatch
+//! and report, wait for another holder, or reconcile through the provider).
+
+use std::time::Duration;
+
+use madsim::rand::{thread_rng, Rng};
+
+use ledger_client::ClientError;
+use ledger_core::{
+    ClaimOutcome, EffectKey, EffectState, Grant, ObservationResult, ReconcileOutcome, Report,
+};
+
+use super::{wall_clock_ms, Actor, Step, POLL_MS_MAX, SEND_MARGIN_MS};
+use crate::fixtures::{declaration, ToolKind};
+use crate::history::Answer;
+
+impl Actor {
+    /// Claims `effect` once and acts on the answer.
+    pub(super) async fn round(&mut self, effect: &str, tool: ToolKind) -> Step {
+        let declaration = declaration(effect, tool);
+        let key = declaration.key.clone();
+        let command_id = self.command_id();
+        let holder = self.holder();
+        let claimed = self
+            .persist(|c| {
+                let (id, d, h) = (command_id.clone(), declaration.clone(), holder.clone());
+                async move { c.claim(&id, d, &h, None, None).await }
+            })
+            .await;
+        let outcome = match claimed {
+            None => return Step::Later,
+            Some(Err(e)) => {
+                self.anomaly(&key, format!("claim failed: {e}"));
+                return Step::Settled;
+            }
+            Some(Ok(outcome)) => outcome,
+        };
+        match outcome {
+            ClaimOutcome::Proceed(grant) => {
+                let answer = Answer::Granted {
+                    holder,
+                    grant: grant.clone(),
+                };
+                self.history.record(&self.name, &key, answer);
+                self.dispatch(&key, tool, grant).await
+            }
+            ClaimOutcome::Replay { receipt } => {
+                self.history
+                    .record(&self.name, &key, Answer::Replayed { receipt });
+                Step::Settled
+            }
+            ClaimOutcome::InFlight {
+                holder,
+                attempt_id,
+                lease_until_ms,
+            } => {
+                let answer = Answer::InFlight { holder, attempt_id };
+                self.history.record(&self.name, &key, answer);
+                self.pause_until(lease_until_ms).await;
+                Step::Later
+            }
+            ClaimOutcome::Reconcile(unsettled) | ClaimOutcome::HorizonPassed(unsettled) => {
+                let answer = Answer::MustReconcile {
+                    dispatches: unsettled.dispatches,
+                    provider_key: unsettled.provider_key,
+                };
+                self.history.record(&self.name, &key, answer);
+                self.reconcile(&key).await
+            }
+            ClaimOutcome::Escalated { .. } => {
+                self.history.record(&self.name, &key, Answer::Escalated);
+                Step::Settled
+            }
+            ClaimOutcome::Conflict(conflict) => {
+                self.anomaly(
+                    &key,
+                    format!("conflict for an identical intent: {conflict:?}"),
+                );
+                Step::Settled
+            }
+        }
+    }
+
+    /// Sleeps until about when `lease_until_ms` runs out, within bounds: the polite way to
+    /// poll an effect someone else holds.
+    async fn pause_until(&self, lease_until_ms: u64) {
+        let left_ms = lease_until_ms.saturating_sub(wall_clock_ms());
+        let jitter_ms = thread_rng().gen_range(0..100);
+        let pause_ms = left_ms.clamp(50, POLL_MS_MAX) + jitter_ms;
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+    }
+
+    /// Sends to the provider if the lease allows, without an `.await` between the lease
+    /// check and the send, and returns the receipt if the provider executed it.
+    fn send_within_lease(&self, grant: &Grant, tool: ToolKind) -> Option<String> {
+        if wall_clock_ms() + SEND_MARGIN_MS >= grant.lease_until_ms {
+            return None;
+        }
+        Some(
+            self.provider
+                .send(&grant.provider_key, tool == ToolKind::Keyed),
+        )
+    }
+
+    async fn dispatch(&mut self, key: &EffectKey, tool: ToolKind, grant: Grant) -> Step {
+        let latency_ms = thread_rng().gen_range(1..=30);
+        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        let roll = thread_rng().gen_range(0..100);
+        if roll < self.vanish_percent {
+            // The tool server dies mid-dispatch, having sent or not; its successor has a
+            // new holder name and comes back to the effect later.
+            if thread_rng().gen_bool(0.5) {
+                self.send_within_lease(&grant, tool);
+            }
+            self.incarnation += 1;
+            return Step::Later;
+        }
+        let Some(receipt) = (match thread_rng().gen_range(0..100) {
+            0..80 => self.send_within_lease(&grant, tool).map(Some),
+            _ => Some(None),
+        }) else {
+            let proof = "lease nearly over: not sent".to_string();
+            return self
+                .report(
+                    key,
+                    grant.fencing_token,
+                    Report::FailedBeforeEffect { proof },
+                )
+                .await;
+        };
+        let report = match (receipt, thread_rng().gen_range(0..100)) {
+            (Some(receipt), 0..85) => Report::Committed { receipt },
+            (Some(_), _) => Report::Unknown {
+                reason: "sent; the answer was lost".into(),
+            },
+            (None, 0..50) => Report::FailedBeforeEffect {
+                proof: "validation failed before sending".into(),
+            },
+            (None, _) => Report::Unknown {
+                reason: "timed out; nothing was sent, but the holder cannot know".into(),
+            },
+        };
+        self.report(key, grant.fencing_token, report).await
+    }
+
+    async fn report(&mut self, key: &EffectKey, token: u64, report: Report) -> Step {
+        let command_id = self.command_id();
+        let reported = self
+            .persist(|c| {
+                let (id, k, r) = (command_id.clone(), key.clone(), report.clone());
+                async move { c.report(&id, k, token, r).await }
+            })
+            .await;
+        match reported {
+            None => Step::Later,
+            Some(Ok((state, receipt))) => {
+                let answer = Answer::Reported {
+                    fencing_token: token,
+                    report,
+                    state,
+                    receipt,
+                };
+                self.history.record(&self.name, key, answer);
+                if state == EffectState::Committed {
+                    Step::Settled
+                } else {
+                    Step::Later
+                }
+            }
+            Some(Err(ClientError::Refused(refusal))) => {
+                let answer = Answer::ReportRefused {
+                    fencing_token: token,
+                    report,
+                    refusal,
+                };
+                self.history.record(&self.name, key, answer);
+                Step::Later
+            }
+            Some(Err(e)) => {
+                self.anomaly(key, format!("report failed: {e}"));
+                Step::Later
+            }
+        }
+    }
+
+    async fn reconcile(&mut self, key: &EffectKey) -> Step {
+        let command_id = self.command_id();
+        let holder = self.holder();
+        let begun = self
+            .persist(|c| {
+                let (id, k, h) = (command_id.clone(), key.clone(), holder.clone());
+                async move { c.begin_reconcile(&id, k, &h, None).await }
+            })
+            .await;
+        match begun {
+            None => Step::Later,
+            Some(Ok(ReconcileOutcome::Observe(grant))) => {
+                let answer = Answer::ReconcileGranted {
+                    holder,
+                    grant: grant.clone(),
+                };
+                self.history.record(&self.name, key, answer);
+                self.observe(key, grant).await
+            }
+            Some(Ok(ReconcileOutcome::Replay { receipt })) => {
+                self.history
+                    .record(&self.name, key, Answer::Replayed { receipt });
+                Step::Settled
+            }
+            Some(Ok(ReconcileOutcome::InFlight {
+                holder,
+                attempt_id,
+                lease_until_ms,
+            })) => {
+                let answer = Answer::InFlight { holder, attempt_id };
+                self.history.record(&self.name, key, answer);
+                self.pause_until(lease_until_ms).await;
+                Step::Later
+            }
+            Some(Ok(ReconcileOutcome::Escalated { .. })) => {
+                self.history.record(&self.name, key, Answer::Escalated);
+                Step::Settled
+            }
+            Some(Ok(ReconcileOutcome::NotNeeded { .. })) => Step::Later,
+            Some(Err(e)) => {
+                self.anomaly(key, format!("begin_reconcile failed: {e}"));
+                Step::Later
+            }
+        }
+    }
+
+    async fn observe(&mut self, key: &EffectKey, grant: Grant) -> Step {
+        let latency_ms = thread_rng().gen_range(1..=30);
+        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        let result = match self.provider.observe(&grant.provider_key) {
+            Some(receipt) => ObservationResult::Committed { receipt },
+            None => ObservationResult::NotCommitted,
+        };
+        let command_id = self.command_id();
+        let token = grant.fencing_token;
+        let observed = self
+            .persist(|c| {
+                let (id, k, r) = (command_id.clone(), key.clone(), result.clone());
+                async move {
+                    c.observe(&id, k, token, r, "looked up by provider key")
+                        .await
+                }
+            })
+            .await;
+        match observed {
+            None => Step::Later,
+            Some(Ok((state, _escalated))) => {
+                let answer = Answer::Observed {
+                    fencing_token: token,
+                    result,
+                    state,
+                };
+                self.history.record(&self.name, key, answer);
+                if state == EffectState::Committed {
+                    Step::Settled
+                } else {
+                    Step::Later
+                }
+            }
+            // The reconciliation lease ran out while the cluster was unavailable.
+            Some(Err(ClientError::Refused(_))) => Step::Later,
+            Some(Err(e)) => {
+                self.anomaly(key, format!("observe failed: {e}"));
+                Step::Later
+            }
+        }
+    }
+}
