@@ -64,7 +64,7 @@ EOF
 
 start_node() {
   local n=$1
-  [ -f "$DATA/node$n.toml" ] || write_config "$n"
+  write_config "$n"
   if [ -f "$DATA/node$n.pid" ] && kill -0 "$(cat "$DATA/node$n.pid")" 2>/dev/null; then
     echo "node $n already running"; return
   fi
