@@ -14,7 +14,8 @@ echo "== tests"
 cargo test --workspace --locked
 echo "== simulation lint (rustfmt, clippy -D warnings under --cfg madsim)"
 bash sim-tests/run.sh lint
-echo "== simulation (madsim, fixed seeds, own target dir)"
+echo "== simulation (madsim, own target dir): every scenario on its fixed seeds plus a"
+echo "   random batch, the randomized fault/workload runs, the benchmark's safety claim"
 bash sim-tests/run.sh
-echo "== simulation determinism (each seed twice in one process)"
+echo "== simulation determinism (a sample of seeds, each three times in one process)"
 bash sim-tests/run.sh check

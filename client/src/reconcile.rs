@@ -170,10 +170,13 @@ impl EffectRunner {
                     .ledger()
                     .get(key.clone())
                     .await?
-                    .and_then(|r| r.receipt);
-                Reconciled::Committed {
-                    receipt: receipt.unwrap_or_default(),
-                }
+                    .and_then(|r| r.receipt)
+                    .ok_or_else(|| {
+                        ClientError::Malformed(format!(
+                            "{key} is committed but the ledger returned no receipt"
+                        ))
+                    })?;
+                Reconciled::Committed { receipt }
             }
             EffectState::FailedBeforeEffect => Reconciled::NotCommitted,
             _ if escalated => Reconciled::Escalated {

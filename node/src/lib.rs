@@ -69,6 +69,13 @@ pub fn raft_config(config: &NodeConfig) -> Result<openraft::Config, RunError> {
         max_in_snapshot_log_to_keep: r.logs_kept_after_snapshot,
         max_payload_entries: r.max_payload_entries,
         enable_pre_vote: Some(true),
+        // A leader that restarts must win an election in a new term, as in standard Raft.
+        // Restoring leadership at startup in its old term is unsafe here: a power failure
+        // can cost the leader log entries it had replicated but not yet synced, which the
+        // followers committed; restored in the same term it would serve reads without them
+        // and could write different entries under the same log ids. In an election its
+        // shorter log loses to a follower that holds them.
+        enable_leader_restore: Some(false),
         ..Default::default()
     }
     .validate()

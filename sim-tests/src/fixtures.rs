@@ -55,8 +55,11 @@ pub fn client_ip(n: u32) -> IpAddr {
 /// Timing and sizes of one simulated cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
-    /// Number of ledger nodes, ids `1..=nodes`.
+    /// Number of ledger nodes the cluster is formed with, ids `1..=nodes`.
     pub nodes: u64,
+    /// Spare machines, ids `nodes+1..=nodes+spares`: started but not members, so that a
+    /// scenario can add them (and remove others) while the cluster serves.
+    pub spares: u64,
     /// Raft timing and compaction.
     pub raft: RaftSettings,
     /// Group commit.
@@ -71,6 +74,7 @@ impl ClusterSettings {
     pub fn new(nodes: u64) -> Self {
         ClusterSettings {
             nodes,
+            spares: 0,
             raft: RaftSettings {
                 snapshot_after_logs: 64,
                 logs_kept_after_snapshot: 16,

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use ledger_core::{EffectKey, EffectState, Grant, ObservationResult, Refusal, Report};
 
+use crate::linearize::oplog::OpLog;
+
 /// One answer as a client received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -111,10 +113,12 @@ pub struct Ack {
     pub answer: Answer,
 }
 
-/// The shared, append-only list of acknowledged answers of one run.
+/// The shared, append-only list of acknowledged answers of one run, and the log of
+/// every ledger operation the workload clients made (for the linearizability checker).
 #[derive(Debug, Clone, Default)]
 pub struct History {
     acks: Arc<Mutex<Vec<Ack>>>,
+    ops: OpLog,
 }
 
 impl History {
@@ -137,6 +141,11 @@ impl History {
         };
         tracing::debug!(?ack, "acknowledged");
         self.lock().push(ack);
+    }
+
+    /// The operation log.
+    pub fn ops(&self) -> &OpLog {
+        &self.ops
     }
 
     /// Every answer so far, in arrival order.

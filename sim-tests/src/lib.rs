@@ -6,36 +6,51 @@
 //! dir, e.g. `CARGO_TARGET_DIR=target-sim`, so the simulation build never compiles
 //! RocksDB and never invalidates the normal one). Scenarios are the integration tests
 //! under `tests/`, one per file so each runs in its own process; `run.sh` has the exact
-//! commands (fixed seeds, determinism check, seed sweep).
+//! commands (fixed seeds and a random batch, determinism check, seed sweeps, benchmark).
 //!
 //! Map of the modules:
 //! - [`cluster`]: the harness: ledger nodes as simulated machines with disks that survive
-//!   them, client machines, and faults (crash, power failure, isolation, cut links).
+//!   them, client machines, faults (crash, power failure, isolation, partitions both ways
+//!   and one way) and membership change.
 //! - [`fixtures`]: addresses, keys, the tenant, tools and node configuration.
 //! - [`workload`]: clients that claim, dispatch, report and reconcile like a tool server.
 //! - [`runner`]: tool-server instances built on the client library's `EffectRunner`.
-//! - [`provider`]: the simulated external provider, the ground truth of what happened.
-//! - [`history`]: every answer clients received (the acknowledged transitions).
+//! - [`provider`]: the simulated provider of the workload clients, their ground truth.
+//! - [`world`]: providers with strong and weak contracts (keyed within a horizon, append,
+//!   send, create without a key), each keeping its state as the ground truth.
+//! - [`actors`]: agents with retry policies, stateless tool-server instances (the ledger
+//!   through `EffectRunner`, or a baseline strategy), and boundary faults.
+//! - [`history`]: every answer clients received (the acknowledged transitions), and the
+//!   operation log; [`linearize`]: the per-effect linearizability checker.
 //! - [`replica`]: one node's applied ledger read directly.
 //! - [`check`]: the oracle's checkers; [`sampler`]: properties over time.
 //! - [`scenario`]: the common skeleton of a run and its final verification.
-//! - [`seeds`]: the seed driver: fixed seeds, replay, sweep, determinism check.
+//! - [`vopr`]: the randomized runs: one seed decides cluster, workload and faults.
+//! - [`bench`]: the effect-safety benchmark: fault points, strategies, metrics, report.
+//! - [`seeds`]: the seed driver: fixed and random seeds, replay, sweep, determinism check;
+//!   [`sweep`]: the summary table of a long sweep.
 //! - [`trace`], [`wait`]: the run's timestamped trace; bounded waiting.
 #![cfg(madsim)]
 
+pub mod actors;
+pub mod bench;
 pub mod check;
 pub mod cluster;
 pub mod fixtures;
 pub mod history;
+pub mod linearize;
 pub mod provider;
 pub mod replica;
 pub mod runner;
 pub mod sampler;
 pub mod scenario;
 pub mod seeds;
+pub mod sweep;
 pub mod trace;
+pub mod vopr;
 pub mod wait;
 pub mod workload;
+pub mod world;
 
 use std::time::Duration;
 

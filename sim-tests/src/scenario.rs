@@ -19,6 +19,7 @@ use crate::check::{
 use crate::cluster::Cluster;
 use crate::fixtures::{effect_key, ClusterSettings, ToolKind};
 use crate::history::{Ack, History};
+use crate::linearize::check_linearizable;
 use crate::provider::Provider;
 use crate::replica::ReplicaView;
 use crate::sampler::{Sampler, StateLog};
@@ -143,8 +144,25 @@ impl Run {
             settled,
         );
         judge_clients(&mut verdict, stats, effects, &views[0], settled);
+        let (violations, linearized) = check_linearizable(&self.history.ops().ops(), &views[0]);
+        verdict.add("ledger operations are linearizable per effect", violations);
         let properties = verdict.assert_holds();
-        let outcome = summarise(&views, &log, &self.history, &self.trace, stats, properties);
+        let mut outcome = summarise(&views, &log, &self.history, &self.trace, stats, properties);
+        for (name, value) in [
+            ("linearizable_effects", linearized.linearizable),
+            ("linearizable_ops", linearized.operations),
+            ("linearizability_skipped", linearized.skipped),
+            ("linearizability_undecided", linearized.undecided),
+        ] {
+            outcome.metrics.insert(name.into(), value as u64);
+        }
+        outcome.summary.push_str(&format!(
+            " linearizable={}/{}ops skipped={} undecided={}",
+            linearized.linearizable,
+            linearized.operations,
+            linearized.skipped,
+            linearized.undecided
+        ));
         Verified {
             views,
             log,
@@ -275,7 +293,19 @@ fn summarise(
         .into_iter()
         .map(|(kind, n)| format!("{kind}:{n}"))
         .collect();
+    let (answers, records) = (history.len() as u64, views[0].records.len() as u64);
+    let metrics = [
+        ("answers", answers),
+        ("records", records),
+        ("properties", properties as u64),
+        ("resends", resends as u64),
+        ("sim_ms", crate::sim_elapsed().as_millis() as u64),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
     RunOutcome {
+        metrics,
         summary: format!(
             "answers={} [{}] resends={resends} index={} records={} samples={samples} \
              indexes={indexes} properties={properties} sim={:.1}s",

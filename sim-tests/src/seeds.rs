@@ -2,13 +2,15 @@
 //! run prints its seed and the exact command that replays it.
 //!
 //! Which seeds run is decided by the environment:
-//! - nothing set: the scenario's fixed seeds (what CI runs);
+//! - nothing set: the scenario's fixed seeds, plus `LEDGER_SIM_RANDOM_SEEDS=<n>` seeds
+//!   drawn from the wall clock (what CI runs; each is printed, and a failure prints the
+//!   command that replays it);
 //! - `MADSIM_TEST_SEED=<s>` (and optionally `MADSIM_TEST_NUM=<n>`): seeds `s..s+n`, to
 //!   replay a failure;
 //! - `LEDGER_SIM_SEEDS=<n>` (and optionally `LEDGER_SIM_SEED_START=<s>`, default 1): a
 //!   sweep over seeds `s..s+n` that runs every seed and prints a summary before failing;
-//! - `MADSIM_TEST_CHECK_DETERMINISM=1`: each selected seed runs three times in this
-//!   process: madsim's check (two runs that must draw the same random numbers at the same
+//! - `MADSIM_TEST_CHECK_DETERMINISM=1`: a sample (the first [`CHECKED_SEEDS_MAX`] fixed
+//!   seeds, or the seeds asked for) each runs three times in this process: madsim's check (two runs that must draw the same random numbers at the same
 //!   moments) and one more run whose final ledger and trace must equal the others';
 //! - `MADSIM_TEST_TIME_LIMIT=<seconds>`: a run whose simulated time exceeds this fails
 //!   (default 900 s), so a livelock cannot hang CI.
@@ -16,6 +18,7 @@
 //! Each run gets a fresh runtime on a fresh thread, as madsim's own test macro does, so
 //! thread-local state does not leak from one seed into the next.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,8 @@ use madsim::Config;
 
 /// Simulated time a run may take by default.
 const TIME_LIMIT: Duration = Duration::from_secs(900);
+/// Fixed seeds per scenario whose determinism is checked by default.
+pub const CHECKED_SEEDS_MAX: usize = 3;
 
 /// A scenario as the seed driver knows it.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +61,9 @@ pub struct RunOutcome {
     pub fingerprint: u64,
     /// The run's trace.
     pub trace: Vec<String>,
+    /// Named figures of the run (answers, operations checked, faults by kind), summed by
+    /// the sweep's table.
+    pub metrics: BTreeMap<String, u64>,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -66,7 +74,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// The seeds to run, and whether this is a sweep.
-fn selected_seeds(scenario: &Scenario) -> (Vec<u64>, bool) {
+fn selected_seeds(scenario: &Scenario, check_determinism: bool) -> (Vec<u64>, bool) {
     if let Some(seed) = env_u64("MADSIM_TEST_SEED") {
         let count = env_u64("MADSIM_TEST_NUM").unwrap_or(1);
         return ((seed..seed + count).collect(), false);
@@ -75,7 +83,34 @@ fn selected_seeds(scenario: &Scenario) -> (Vec<u64>, bool) {
         let start = env_u64("LEDGER_SIM_SEED_START").unwrap_or(1);
         return ((start..start + count).collect(), true);
     }
-    (scenario.default_seeds.to_vec(), false)
+    if check_determinism {
+        let sample = scenario.default_seeds.iter().take(CHECKED_SEEDS_MAX);
+        return (sample.copied().collect(), false);
+    }
+    let mut seeds = scenario.default_seeds.to_vec();
+    let random = random_seeds(env_u64("LEDGER_SIM_RANDOM_SEEDS").unwrap_or(0));
+    if !random.is_empty() {
+        println!("{}: random seeds {random:?}", scenario.test_name);
+    }
+    seeds.extend(random);
+    (seeds, false)
+}
+
+/// `count` seeds drawn from the wall clock and the process id, outside any simulation.
+fn random_seeds(count: u64) -> Vec<u64> {
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut state = now_ns ^ (u64::from(std::process::id()) << 32);
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            // Small enough to type; large enough to leave the fixed seeds alone.
+            1_000_000 + (state >> 33) % 1_000_000_000
+        })
+        .collect()
 }
 
 fn time_limit() -> Duration {
@@ -105,13 +140,25 @@ fn run_once<F>(seed: u64, scenario: fn() -> F) -> Result<RunOutcome, String>
 where
     F: Future<Output = RunOutcome> + 'static,
 {
+    run_isolated(seed, scenario)
+}
+
+/// Runs the future `make` builds on a fresh runtime seeded with `seed`, on a thread of its
+/// own (so thread-local state never leaks between runs), within the simulated time limit;
+/// the error is the panic message.
+pub fn run_isolated<T, F, M>(seed: u64, make: M) -> Result<T, String>
+where
+    M: FnOnce() -> F + Send + 'static,
+    F: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
     let limit = time_limit();
     std::thread::Builder::new()
         .name(format!("sim-seed-{seed}"))
         .spawn(move || {
             let mut runtime = Runtime::with_seed_and_config(seed, Config::default());
             runtime.set_time_limit(limit);
-            runtime.block_on(scenario())
+            runtime.block_on(make())
         })
         .expect("a thread for the run")
         .join()
@@ -173,8 +220,8 @@ where
     F: Future<Output = RunOutcome> + 'static,
 {
     crate::init_logging();
-    let (seeds, sweep) = selected_seeds(spec);
     let check_determinism = std::env::var("MADSIM_TEST_CHECK_DETERMINISM").is_ok();
+    let (seeds, sweep) = selected_seeds(spec, check_determinism);
     let started = Instant::now();
     let mut failures = Vec::new();
     for &seed in &seeds {

@@ -25,11 +25,12 @@ use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 use tokio::time::Instant;
 
 use ledger_client::{ClientError, LedgerClient};
-use ledger_core::EffectKey;
+use ledger_core::{EffectKey, Outcome};
 
 use crate::cluster::{ClientNode, Cluster};
 use crate::fixtures::{ToolKind, TENANT_KEY};
 use crate::history::History;
+use crate::linearize::oplog::{Answer, Call};
 use crate::provider::Provider;
 
 mod round;
@@ -256,6 +257,33 @@ impl Actor {
                 answered => return Some(answered),
             }
         }
+    }
+
+    /// Like [`Actor::persist`], and records the operation (`call`) and, once it is
+    /// known, its result (`answer` turns a result into it; `None` leaves it pending) in
+    /// the op log.
+    async fn recorded<T, F, Fut>(
+        &mut self,
+        key: &EffectKey,
+        call: Call,
+        answer: impl Fn(&T) -> Answer,
+        perform: F,
+    ) -> Option<Result<T, ClientError>>
+    where
+        F: FnMut(LedgerClient) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let ops = self.history.ops().clone();
+        let handle = ops.invoke(&self.name, key, call);
+        let result = self.persist(perform).await;
+        match &result {
+            Some(Ok(value)) => ops.answer(handle, answer(value)),
+            Some(Err(ClientError::Refused(refusal))) => {
+                ops.answer(handle, Answer::Outcome(Outcome::Refused(refusal.clone())));
+            }
+            _ => {}
+        }
+        result
     }
 
     fn anomaly(&mut self, key: &EffectKey, what: impl std::fmt::Display) {

@@ -108,7 +108,9 @@ fn report_kind(report: &Report) -> &'static str {
 /// so while less than two thirds of it have passed since then (on this client's monotonic
 /// clock, immune to clock offsets) it is certainly live. An answer that took longer, held up
 /// by a partition or a pause, is confirmed with a heartbeat first: sending on a lease that
-/// ran out could duplicate an effect another attempt has since taken over.
+/// ran out could duplicate an effect another attempt has since taken over. The heartbeat's
+/// own answer obeys the same rule (a retried heartbeat can bring back the stored answer of
+/// one applied long ago), so a slow confirmation is asked again, a few times at most.
 pub(super) async fn grant_still_live(
     runner: &EffectRunner,
     key: &EffectKey,
@@ -120,20 +122,30 @@ pub(super) async fn grant_still_live(
     if asked_at.elapsed() < safe {
         return true;
     }
-    let id = ids::heartbeat(key, grant.fencing_token, 0);
-    let lease_ms = Some(runner.options().lease_ms);
-    match runner
-        .ledger
-        .heartbeat(&id, key.clone(), grant.fencing_token, lease_ms)
-        .await
-    {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!(effect = %key, error = %e, "late grant not confirmed; not sending");
-            false
+    for round in 0..CONFIRMATIONS_MAX {
+        let asked_at = tokio::time::Instant::now();
+        let id = ids::confirm(key, grant.fencing_token, round);
+        let lease_ms = Some(runner.options().lease_ms);
+        match runner
+            .ledger
+            .heartbeat(&id, key.clone(), grant.fencing_token, lease_ms)
+            .await
+        {
+            Ok(_) if asked_at.elapsed() < safe => return true,
+            Ok(_) => {
+                tracing::warn!(effect = %key, round, "late grant confirmed late; asking again")
+            }
+            Err(e) => {
+                tracing::warn!(effect = %key, error = %e, "late grant not confirmed; not sending");
+                return false;
+            }
         }
     }
+    false
 }
+
+/// How many heartbeats may try to confirm a late grant.
+const CONFIRMATIONS_MAX: u32 = 3;
 
 /// Runs `dispatch` (bounded by the dispatch timeout, if any) while extending the lease
 /// every third of it.

@@ -86,6 +86,11 @@ pub(crate) fn heartbeat(key: &EffectKey, token: u64, seq: u64) -> String {
     format!("heartbeat/{}/{token}/{seq}", key.provider_key())
 }
 
+/// The id of confirmation `round` of a late grant holding `token` (a heartbeat).
+pub(crate) fn confirm(key: &EffectKey, token: u64, round: u32) -> String {
+    format!("heartbeat/{}/{token}/confirm-{round}", key.provider_key())
+}
+
 /// The id of the observation of the reconciliation attempt holding `token`.
 pub(crate) fn observe(key: &EffectKey, token: u64) -> String {
     format!("observe/{}/{token}", key.provider_key())

@@ -10,6 +10,7 @@ use ledger_core::{ClaimOutcome, EffectState, Unsettled};
 
 use super::dispatch::{grant_still_live, run_attempt, AttemptEnd};
 use super::{ids, AttemptInfo, DispatchResult, EffectOutcome, EffectRun, RunError, Settled};
+use crate::error::ClientError;
 use crate::reconcile::Reconciled;
 
 /// What to do after one claim.
@@ -103,15 +104,16 @@ impl EffectRun<'_> {
             _ => None,
         };
         let committed = |receipt: Option<String>| match (ours.clone(), receipt) {
-            (Some(ours), stored) => EffectOutcome::Done {
+            (Some(ours), stored) => Ok(EffectOutcome::Done {
                 receipt: stored.unwrap_or(ours),
-            },
-            (None, stored) => EffectOutcome::Replayed {
-                receipt: stored.unwrap_or_default(),
-            },
+            }),
+            (None, Some(stored)) => Ok(EffectOutcome::Replayed { receipt: stored }),
+            (None, None) => Err(RunError::Ledger(ClientError::Malformed(
+                "the effect is committed but the ledger returned no receipt".into(),
+            ))),
         };
         match (end.state, end.result) {
-            (Some(EffectState::Committed), _) => Ok(Step::Answer(committed(end.receipt))),
+            (Some(EffectState::Committed), _) => Ok(Step::Answer(committed(end.receipt)?)),
             (Some(EffectState::FailedBeforeEffect), DispatchResult::NotCommitted { proof }) => {
                 Ok(Step::Answer(EffectOutcome::FailedBeforeEffect { proof }))
             }

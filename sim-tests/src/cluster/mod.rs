@@ -11,19 +11,21 @@
 //!   RNG (unsynced writes are lost), then `restart`;
 //! - isolation: `clog_node` cuts a node off from everyone, clients included;
 //!   `cut_from_peers` clogs only the links to the other ledger nodes, so clients can still
-//!   reach a minority leader.
+//!   reach a minority leader; partitions split the ledger nodes into groups, both ways or
+//!   one way only ([`faults`]);
+//! - membership: spare machines start outside the cluster and are added (and members
+//!   removed) through the admin API while it serves ([`membership`]).
 //!
 //! The harness keeps each running node's [`LedgerNode`], so checkers read every replica's
 //! applied ledger directly ([`ReplicaView`]); clients run on separate simulated machines
 //! and see the cluster only through `ledger-client`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use madsim::task::{JoinHandle, NodeId};
 
@@ -31,13 +33,17 @@ use ledger_client::{LedgerClient, RetryPolicy};
 use ledger_core::TenantSettings;
 use ledger_node::LedgerNode;
 use ledger_proto::pb;
-use ledger_raft_store::disk::PowerFailure;
 use ledger_raft_store::{DiskRef, SimDisk};
 
 use crate::fixtures::{self, ClusterSettings, ToolKind, OPERATOR_KEY, TENANT};
 use crate::replica::ReplicaView;
 use crate::trace::Trace;
 use crate::wait;
+
+mod faults;
+mod membership;
+
+pub use faults::{kill_machine, restart_machine};
 
 /// How long a freshly formed cluster may take to elect its first leader.
 const FIRST_LEADER_TIMEOUT: Duration = Duration::from_secs(15);
@@ -91,6 +97,7 @@ impl ClientNode {
 pub struct Cluster {
     handle: Handle,
     members: BTreeMap<u64, Member>,
+    voters: Mutex<BTreeSet<u64>>,
     clients_created: Mutex<u32>,
     operator: ClientNode,
     operator_client: LedgerClient,
@@ -98,13 +105,15 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Creates the nodes (ids `1..=settings.nodes`) and an operator machine, and starts
-    /// every node; the cluster is not formed yet (see [`Cluster::form`]).
+    /// Creates the nodes (ids `1..=settings.nodes`, then the spares) and an operator
+    /// machine, and starts every node; the cluster is not formed yet (see
+    /// [`Cluster::form`]).
     pub fn start(settings: ClusterSettings, trace: Trace) -> Arc<Cluster> {
         let handle = Handle::current();
-        let members: BTreeMap<u64, Member> = (1..=settings.nodes)
+        let members: BTreeMap<u64, Member> = (1..=settings.nodes + settings.spares)
             .map(|id| (id, Self::create_member(&handle, &settings, id)))
             .collect();
+        let voters = (1..=settings.nodes).collect();
         let operator = create_client_node(&handle, 0, "operator");
         let endpoints = members
             .keys()
@@ -115,6 +124,7 @@ impl Cluster {
         Arc::new(Cluster {
             handle,
             members,
+            voters: Mutex::new(voters),
             clients_created: Mutex::new(1),
             operator,
             operator_client,
@@ -156,14 +166,25 @@ impl Cluster {
         &self.trace
     }
 
-    /// The node ids, ascending.
+    /// The ids of the cluster's current members, ascending.
     pub fn ids(&self) -> Vec<u64> {
+        self.voters
+            .lock()
+            .expect("voters lock")
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// The ids of every ledger machine, members or not (spares, removed members).
+    pub fn all_ids(&self) -> Vec<u64> {
         self.members.keys().copied().collect()
     }
 
-    /// Every node's address (`ip:port`), by ascending id.
+    /// Every ledger machine's address (`ip:port`), by ascending id: clients know the
+    /// spares too, so they can reach them once they join.
     pub fn endpoints(&self) -> Vec<String> {
-        self.ids()
+        self.all_ids()
             .into_iter()
             .map(|id| fixtures::node_addr(id).to_string())
             .collect()
@@ -266,118 +287,6 @@ impl Cluster {
         .await
     }
 
-    /// Kills node `id` (a process crash: its disk keeps everything written).
-    pub fn crash(&self, id: u64) {
-        let member = &self.members[&id];
-        self.handle.kill(member.sim.id());
-        *member.running.lock().expect("member lock") = None;
-        self.trace.note(format!("node {id} crashed"));
-    }
-
-    /// Kills node `id` and cuts its power: writes not yet synced are lost, except a
-    /// prefix the run's RNG decides.
-    pub fn power_fail(&self, id: u64) -> PowerFailure {
-        self.crash(id);
-        let seed: u64 = madsim::rand::random();
-        let failure = self.members[&id]
-            .disk
-            .power_fail(seed)
-            .unwrap_or_else(|e| panic!("power failure of node {id}'s disk: {e}"));
-        self.trace.note(format!(
-            "node {id} lost power: {} unsynced batches kept, {} lost",
-            failure.batches_kept, failure.batches_lost
-        ));
-        failure
-    }
-
-    /// Restarts node `id` on its disk.
-    pub fn restart(&self, id: u64) {
-        self.handle.restart(self.members[&id].sim.id());
-        self.trace.note(format!("node {id} restarted"));
-    }
-
-    /// Cuts node `id` off the network, clients included.
-    pub fn isolate(&self, id: u64) {
-        NetSim::current().clog_node(self.members[&id].sim.id());
-        self.trace.note(format!("node {id} isolated"));
-    }
-
-    /// Reconnects an isolated node.
-    pub fn reconnect(&self, id: u64) {
-        NetSim::current().unclog_node(self.members[&id].sim.id());
-        self.trace.note(format!("node {id} reconnected"));
-    }
-
-    /// Cuts the links between node `id` and every other ledger node, both ways; clients
-    /// still reach it.
-    pub fn cut_from_peers(&self, id: u64) {
-        let net = NetSim::current();
-        let this = self.members[&id].sim.id();
-        for (peer, member) in &self.members {
-            if *peer != id {
-                net.clog_link(this, member.sim.id());
-                net.clog_link(member.sim.id(), this);
-            }
-        }
-        self.trace.note(format!("node {id} cut from its peers"));
-    }
-
-    /// Restores the links cut by [`Cluster::cut_from_peers`].
-    pub fn mend_links(&self, id: u64) {
-        let net = NetSim::current();
-        let this = self.members[&id].sim.id();
-        for (peer, member) in &self.members {
-            if *peer != id {
-                net.unclog_link(this, member.sim.id());
-                net.unclog_link(member.sim.id(), this);
-            }
-        }
-        self.trace
-            .note(format!("node {id} links to its peers restored"));
-    }
-
-    /// Holds every answer from the ledger nodes to `client`: its requests still arrive and
-    /// are applied, but replies wait on the links, as after a one-way partition, until
-    /// [`Cluster::release_answers_to`].
-    pub fn hold_answers_to(&self, client: &ClientNode) {
-        let net = NetSim::current();
-        for member in self.members.values() {
-            net.clog_link(member.sim.id(), client.sim_id());
-        }
-        self.trace
-            .note(format!("answers to client {} held", client.name));
-    }
-
-    /// Delivers the answers held by [`Cluster::hold_answers_to`], and later ones.
-    pub fn release_answers_to(&self, client: &ClientNode) {
-        let net = NetSim::current();
-        for member in self.members.values() {
-            net.unclog_link(member.sim.id(), client.sim_id());
-        }
-        self.trace
-            .note(format!("answers to client {} released", client.name));
-    }
-
-    /// Kills a client machine (the holder of its grants vanishes).
-    pub fn kill_client(&self, client: &ClientNode) {
-        self.handle.kill(client.sim_id());
-        self.trace.note(format!("client {} killed", client.name));
-    }
-
-    /// Brings a killed client machine back, with no task running on it, and returns its
-    /// new handle (the old one spawns onto the dead incarnation).
-    pub fn restart_client(&self, client: &ClientNode) -> ClientNode {
-        self.handle.restart(client.sim_id());
-        self.trace.note(format!("client {} restarted", client.name));
-        ClientNode {
-            sim: self
-                .handle
-                .get_node(client.sim_id())
-                .expect("a restarted machine exists"),
-            ..client.clone()
-        }
-    }
-
     /// The applied state of node `id`, if it is running.
     pub fn view(&self, id: u64) -> Option<ReplicaView> {
         self.node(id).map(|n| ReplicaView::read(&n))
@@ -433,7 +342,7 @@ impl Cluster {
     /// Node `id`'s status as its public admin API reports it.
     pub async fn status(&self, id: u64) -> Result<pb::StatusResponse, String> {
         let index = self
-            .ids()
+            .all_ids()
             .iter()
             .position(|i| *i == id)
             .expect("a member id");
@@ -444,7 +353,8 @@ impl Cluster {
     }
 }
 
-fn create_client_node(handle: &Handle, index: u32, name: &str) -> ClientNode {
+/// Creates a client machine with the `index`-th client IP.
+pub fn create_client_node(handle: &Handle, index: u32, name: &str) -> ClientNode {
     let ip = fixtures::client_ip(index);
     let sim = handle.create_node().name(name).ip(ip).build();
     ClientNode {

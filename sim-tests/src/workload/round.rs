@@ -7,25 +7,49 @@ use madsim::rand::{thread_rng, Rng};
 
 use ledger_client::ClientError;
 use ledger_core::{
-    ClaimOutcome, EffectKey, EffectState, Grant, ObservationResult, ReconcileOutcome, Report,
+    ClaimOutcome, CommandBody, EffectKey, EffectRecord, EffectState, Grant, ObservationResult,
+    Outcome, ReconcileOutcome, Report,
 };
 
 use super::{wall_clock_ms, Actor, Step, POLL_MS_MAX, SEND_MARGIN_MS};
 use crate::fixtures::{declaration, ToolKind};
 use crate::history::Answer;
+use crate::linearize::oplog::{Answer as OpAnswer, Call};
+
+/// Chance in percent that a round begins with a linearizable read of the record.
+const READ_PERCENT: u32 = 15;
+/// How observations say they were made.
+const OBSERVED_BY: &str = "looked up by provider key";
 
 impl Actor {
     /// Claims `effect` once and acts on the answer.
     pub(super) async fn round(&mut self, effect: &str, tool: ToolKind) -> Step {
         let declaration = declaration(effect, tool);
         let key = declaration.key.clone();
+        if thread_rng().gen_range(0..100) < READ_PERCENT {
+            self.read(&key).await;
+        }
         let command_id = self.command_id();
         let holder = self.holder();
+        let call = Call::Command {
+            command_id: command_id.clone(),
+            body: Box::new(CommandBody::Claim {
+                declaration: declaration.clone(),
+                holder: holder.clone(),
+                lease_ms: None,
+                confirmation: None,
+            }),
+        };
         let claimed = self
-            .persist(|c| {
-                let (id, d, h) = (command_id.clone(), declaration.clone(), holder.clone());
-                async move { c.claim(&id, d, &h, None, None).await }
-            })
+            .recorded(
+                &key,
+                call,
+                |o: &ClaimOutcome| OpAnswer::Outcome(Outcome::Claim(o.clone())),
+                |c| {
+                    let (id, d, h) = (command_id.clone(), declaration.clone(), holder.clone());
+                    async move { c.claim(&id, d, &h, None, None).await }
+                },
+            )
             .await;
         let outcome = match claimed {
             None => return Step::Later,
@@ -145,11 +169,29 @@ impl Actor {
 
     async fn report(&mut self, key: &EffectKey, token: u64, report: Report) -> Step {
         let command_id = self.command_id();
+        let call = Call::Command {
+            command_id: command_id.clone(),
+            body: Box::new(CommandBody::Report {
+                key: key.clone(),
+                fencing_token: token,
+                report: report.clone(),
+            }),
+        };
         let reported = self
-            .persist(|c| {
-                let (id, k, r) = (command_id.clone(), key.clone(), report.clone());
-                async move { c.report(&id, k, token, r).await }
-            })
+            .recorded(
+                key,
+                call,
+                |(state, receipt): &(EffectState, Option<String>)| {
+                    OpAnswer::Outcome(Outcome::Reported {
+                        state: *state,
+                        receipt: receipt.clone(),
+                    })
+                },
+                |c| {
+                    let (id, k, r) = (command_id.clone(), key.clone(), report.clone());
+                    async move { c.report(&id, k, token, r).await }
+                },
+            )
             .await;
         match reported {
             None => Step::Later,
@@ -186,11 +228,24 @@ impl Actor {
     async fn reconcile(&mut self, key: &EffectKey) -> Step {
         let command_id = self.command_id();
         let holder = self.holder();
+        let call = Call::Command {
+            command_id: command_id.clone(),
+            body: Box::new(CommandBody::BeginReconcile {
+                key: key.clone(),
+                holder: holder.clone(),
+                lease_ms: None,
+            }),
+        };
         let begun = self
-            .persist(|c| {
-                let (id, k, h) = (command_id.clone(), key.clone(), holder.clone());
-                async move { c.begin_reconcile(&id, k, &h, None).await }
-            })
+            .recorded(
+                key,
+                call,
+                |o: &ReconcileOutcome| OpAnswer::Outcome(Outcome::Reconcile(o.clone())),
+                |c| {
+                    let (id, k, h) = (command_id.clone(), key.clone(), holder.clone());
+                    async move { c.begin_reconcile(&id, k, &h, None).await }
+                },
+            )
             .await;
         match begun {
             None => Step::Later,
@@ -238,14 +293,30 @@ impl Actor {
         };
         let command_id = self.command_id();
         let token = grant.fencing_token;
+        let call = Call::Command {
+            command_id: command_id.clone(),
+            body: Box::new(CommandBody::Observe {
+                key: key.clone(),
+                fencing_token: token,
+                result: result.clone(),
+                detail: OBSERVED_BY.into(),
+            }),
+        };
         let observed = self
-            .persist(|c| {
-                let (id, k, r) = (command_id.clone(), key.clone(), result.clone());
-                async move {
-                    c.observe(&id, k, token, r, "looked up by provider key")
-                        .await
-                }
-            })
+            .recorded(
+                key,
+                call,
+                |(state, escalated): &(EffectState, bool)| {
+                    OpAnswer::Outcome(Outcome::Observed {
+                        state: *state,
+                        escalated: *escalated,
+                    })
+                },
+                |c| {
+                    let (id, k, r) = (command_id.clone(), key.clone(), result.clone());
+                    async move { c.observe(&id, k, token, r, OBSERVED_BY).await }
+                },
+            )
             .await;
         match observed {
             None => Step::Later,
@@ -269,5 +340,21 @@ impl Actor {
                 Step::Later
             }
         }
+    }
+
+    /// Reads the record linearizably (as a tool server deciding whether to dispatch
+    /// would) and records the read; what it shows is judged by the linearizability
+    /// checker only.
+    async fn read(&mut self, key: &EffectKey) {
+        self.recorded(
+            key,
+            Call::Read,
+            |r: &Option<EffectRecord>| OpAnswer::Record(r.clone().map(Box::new)),
+            |c| {
+                let k = key.clone();
+                async move { c.get(k).await }
+            },
+        )
+        .await;
     }
 }

@@ -1,0 +1,283 @@
+//! One benchmark run: every episode of a seed under one strategy, in one simulated world.
+//!
+//! The ledger strategies start a real three-node cluster (the real node code) and run
+//! their tool servers on `EffectRunner`; the baselines use no cluster and send straight to
+//! the providers. Every episode has its own agent and two tool-server instances, on
+//! machines of their own, so a crash in one episode never touches another and each
+//! strategy meets the same faults. Once every agent has finished and the providers have
+//! been quiet for a while, the providers' state is read as the ground truth.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use madsim::runtime::Handle;
+
+use ledger_core::{EffectRecord, EffectState};
+
+use super::metrics::{EffectResult, Told};
+use super::opcount;
+use super::plan::{episodes, EpisodePlan};
+use crate::actors::agent::{wait_all_finished, Agent, Progress};
+use crate::actors::faults::{EpisodeFaults, Supervisor};
+use crate::actors::toolserver::{Instance, ServerConfig};
+use crate::actors::{Final, Intent, Strategy};
+use crate::cluster::{create_client_node, ClientNode, Cluster};
+use crate::fixtures::{ClusterSettings, TENANT};
+use crate::scenario::Run;
+use crate::world::{world_policy, ProviderKind, World, HORIZON_PASSED, NO_LOOKUP};
+
+/// How long every agent of a run may take.
+const AGENTS_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long the providers must be quiet before their state is final.
+const QUIET: Duration = Duration::from_secs(20);
+
+/// Where a run's machines come from: the cluster's client subnet, or a standalone one.
+enum Machines {
+    Cluster(Arc<Cluster>),
+    Standalone(Cell<u32>),
+}
+
+impl Machines {
+    fn make(&self, name: &str) -> ClientNode {
+        match self {
+            Machines::Cluster(cluster) => cluster.client_node(name),
+            Machines::Standalone(next) => {
+                let index = next.get();
+                next.set(index + 1);
+                create_client_node(&Handle::current(), index, name)
+            }
+        }
+    }
+}
+
+struct Episode {
+    plan: EpisodePlan,
+    agent: Agent,
+    config: Arc<ServerConfig>,
+}
+
+/// What starting an episode needs.
+pub struct Launch<'a> {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The providers.
+    pub world: &'a World,
+    /// Crashes machines.
+    pub supervisor: &'a Supervisor,
+    /// The ledger's nodes (ledger strategies).
+    pub endpoints: &'a [String],
+    /// Makes a machine with a name.
+    pub machines: &'a dyn Fn(&str) -> ClientNode,
+}
+
+impl Launch<'_> {
+    /// Starts `plan`'s two tool-server instances and, at its start time, its agent.
+    pub fn start(&self, plan: &EpisodePlan) -> (Agent, Arc<ServerConfig>) {
+        let faults = EpisodeFaults::new(plan.faults.clone(), self.supervisor.clone());
+        let config = Arc::new(ServerConfig {
+            strategy: self.strategy,
+            world: self.world.clone(),
+            faults: faults.clone(),
+            ledger_endpoints: self.endpoints.to_vec(),
+            processing_ms: plan.processing_ms,
+            keys_used: Arc::default(),
+        });
+        let instances = (0..2)
+            .map(|i| {
+                let name = format!("{}-s{i}", plan.id);
+                Instance::start(&name, (self.machines)(&name), config.clone())
+            })
+            .collect();
+        let agent = Agent::new(
+            self.strategy,
+            plan.intents.clone(),
+            instances,
+            faults,
+            plan.backoff_jitter_ms.clone(),
+        );
+        let machine = (self.machines)(&format!("{}-agent", plan.id));
+        let (starter, start_ms) = (agent.clone(), plan.start_ms);
+        madsim::task::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(start_ms)).await;
+            starter.start(machine);
+        });
+        (agent, config)
+    }
+}
+
+/// Registers the providers' tools with the ledger (operator).
+pub async fn register_world_tools(cluster: &Cluster) {
+    cluster
+        .as_operator(|client| async move {
+            for kind in ProviderKind::ALL {
+                let id = format!("setup-world-{}", kind.name());
+                let tool = kind.tool_ref().tool_name();
+                client
+                    .put_tool_policy(&id, TENANT, tool, world_policy(kind))
+                    .await
+                    .unwrap_or_else(|e| panic!("configuring {kind:?} failed: {e}"));
+            }
+        })
+        .await;
+}
+
+/// Runs every episode of `seed` under `strategy` and returns one result per intent.
+pub async fn run(seed: u64, strategy: Strategy) -> Vec<EffectResult> {
+    opcount::reset();
+    let ledger = if strategy.uses_ledger() {
+        let run = Run::begin(ClusterSettings::new(3)).await;
+        register_world_tools(&run.cluster).await;
+        Some(run)
+    } else {
+        None
+    };
+    let machines = match &ledger {
+        Some(run) => Machines::Cluster(run.cluster.clone()),
+        None => Machines::Standalone(Cell::new(1)),
+    };
+    let endpoints = ledger
+        .as_ref()
+        .map(|r| r.cluster.endpoints())
+        .unwrap_or_default();
+    let world = World::new(machines.make("providers"));
+    let supervisor = Supervisor::start();
+    let started = crate::sim_elapsed();
+    let episodes: Vec<Episode> = episodes(seed)
+        .into_iter()
+        .map(|plan| {
+            let launched = Launch {
+                strategy,
+                world: &world,
+                supervisor: &supervisor,
+                endpoints: &endpoints,
+                machines: &|name: &str| machines.make(name),
+            };
+            let (agent, config) = launched.start(&plan);
+            Episode {
+                plan,
+                agent,
+                config,
+            }
+        })
+        .collect();
+    let agents: Vec<&Agent> = episodes.iter().map(|e| &e.agent).collect();
+    wait_all_finished(&agents, AGENTS_TIMEOUT).await;
+    world.quiesce(QUIET).await;
+    let records = match ledger {
+        Some(run) => {
+            let verified = run.verify(&[], &[], false).await;
+            verified.views[0].records.values().cloned().collect()
+        }
+        None => Vec::new(),
+    };
+    let counts = opcount::take();
+    let mut results = Vec::new();
+    for episode in &episodes {
+        for (intent, progress) in episode.agent.report() {
+            let ours = intent_records(&records, &episode.config, &intent);
+            results.push(result(
+                seed,
+                strategy,
+                &episode.plan,
+                &world,
+                &intent,
+                &progress,
+                &ours,
+                &counts,
+                started,
+            ));
+        }
+    }
+    results
+}
+
+/// The ledger records of `intent`: used by its episode, declared with its intent (for a
+/// multi-slot intent, one per slot).
+pub fn intent_records<'a>(
+    records: &'a [EffectRecord],
+    config: &ServerConfig,
+    intent: &Intent,
+) -> Vec<&'a EffectRecord> {
+    let keys = config.keys_used.lock().expect("keys lock").clone();
+    let json = intent.params_json();
+    records
+        .iter()
+        .filter(|r| keys.contains(&r.key.to_string()) && r.intent == json)
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn result(
+    seed: u64,
+    strategy: Strategy,
+    plan: &EpisodePlan,
+    world: &World,
+    intent: &Intent,
+    progress: &Progress,
+    records: &[&EffectRecord],
+    counts: &BTreeMap<String, u64>,
+    started: Duration,
+) -> EffectResult {
+    let applied = world.mutations_of(&intent.intent_id).len() as u32;
+    let (end, ended_at) = progress.end.clone().unwrap_or((
+        Final::Unresolved {
+            reason: "never finished".into(),
+            escalation: None,
+        },
+        started,
+    ));
+    let (told, escalated, reason) = match &end {
+        Final::Success { .. } => (Told::Success, false, None),
+        Final::Failed { reason } => (Told::Failed, false, Some(reason.clone())),
+        Final::Unresolved { reason, escalation } => (
+            Told::Unresolved,
+            escalation.is_some(),
+            Some(unresolved_reason(reason, records)),
+        ),
+    };
+    EffectResult {
+        seed,
+        point: plan.point,
+        kind: plan.kind,
+        strategy,
+        new_action: intent.new_action,
+        multiplicity: intent.slots,
+        applied,
+        told,
+        escalated,
+        reason,
+        latency_ms: progress
+            .started
+            .map(|s| ended_at.saturating_sub(s).as_millis() as u64),
+        ledger_ops: records
+            .iter()
+            .map(|r| counts.get(&r.key.to_string()).copied().unwrap_or(0))
+            .sum(),
+        ledger_state: records.first().map(|r| r.state),
+    }
+}
+
+/// Why an intent stayed unresolved, in the table's words: what the ledger's last
+/// observation said when it escalated, or the agent's own reason.
+fn unresolved_reason(agent_reason: &str, records: &[&EffectRecord]) -> String {
+    let escalated = records.iter().find(|r| r.is_escalated());
+    let Some(record) = escalated else {
+        return agent_reason.to_owned();
+    };
+    let detail = record
+        .observations
+        .last()
+        .map(|o| o.detail.as_str())
+        .unwrap_or_default();
+    let reason = record.escalation.as_ref().map(|e| e.reason);
+    match detail {
+        NO_LOOKUP => "no observation possible".into(),
+        HORIZON_PASSED => "horizon passed on an irreversible tool".into(),
+        _ if record.state == EffectState::UnknownAfterDispatch => {
+            format!("escalated ({reason:?}) after: {detail}")
+        }
+        _ => format!("escalated ({reason:?})"),
+    }
+}

@@ -1,0 +1,242 @@
+//! Wing & Gong's search for a linearization of one effect's history, with memoisation
+//! (Lowe's refinement): states already explored with the same set of linearized
+//! operations, model state and clock are not explored again.
+//!
+//! An operation may be linearized next when no other operation still to be linearized
+//! responded before it was invoked. A command is applied at a time between its
+//! invocation and its response and not before the previous command's time (the ledger's
+//! clock never goes back). A read leaves the clock where it is and says nothing about the
+//! stamps of what follows it: the leader stamps a command when it proposes it, so a
+//! command stamped before a read began may still be applied after the read. A pending
+//! operation (no answer) may be linearized anywhere after its invocation, or never.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ledger_core::{ClaimOutcome, Ledger, Outcome, ReconcileOutcome};
+
+use super::model::{read_form, same_outcome, sweep, translate};
+use super::oplog::{Answer, Call, Op};
+
+/// How the search ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A linearization exists.
+    Linearizable,
+    /// None exists.
+    NotLinearizable,
+    /// The step budget ran out first.
+    Undecided,
+}
+
+/// The search over one effect's operations.
+pub struct Search<'a> {
+    ops: Vec<&'a Op>,
+    attempt_of: BTreeMap<u64, u32>,
+    hints: BTreeSet<u64>,
+    memo: BTreeSet<(Vec<u64>, u64, u64)>,
+    steps_left: u64,
+}
+
+impl<'a> Search<'a> {
+    /// A search over `ops` (all of one effect), allowed `steps` model applications.
+    pub fn new(ops: Vec<&'a Op>, steps: u64) -> Search<'a> {
+        let mut attempt_of = BTreeMap::new();
+        for op in &ops {
+            match &op.answer {
+                Some((_, Answer::Outcome(outcome))) => {
+                    if let Some(g) = grant_of(outcome) {
+                        attempt_of.insert(g.fencing_token, g.attempt_id);
+                    }
+                }
+                Some((_, Answer::Record(Some(record)))) => {
+                    for a in &record.attempts {
+                        attempt_of.insert(a.fencing_token, a.attempt_id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let hints = stamp_hints(&ops);
+        Search {
+            ops,
+            attempt_of,
+            hints,
+            memo: BTreeSet::new(),
+            steps_left: steps,
+        }
+    }
+
+    /// Searches from `model` (the configured, empty ledger).
+    pub fn run(mut self, model: &Ledger) -> Verdict {
+        let mut done = vec![false; self.ops.len()];
+        self.dfs(&mut done, model, 0)
+    }
+
+    fn dfs(&mut self, done: &mut [bool], model: &Ledger, now_ms: u64) -> Verdict {
+        let open = |i: usize| !done[i] && self.ops[i].answer.is_some();
+        if !(0..self.ops.len()).any(open) {
+            return Verdict::Linearizable;
+        }
+        let state = (bits(done), now_ms, crate::fnv64(&model.to_snapshot()));
+        if !self.memo.insert(state) {
+            return Verdict::NotLinearizable;
+        }
+        let first_response = (0..self.ops.len())
+            .filter(|i| open(*i))
+            .filter_map(|i| self.ops[i].answer.as_ref().map(|(at, _)| *at))
+            .min()
+            .unwrap_or(u64::MAX);
+        for i in 0..self.ops.len() {
+            if done[i] || self.ops[i].invoked_ms > first_response {
+                continue;
+            }
+            for (next, next_ms) in self.successors(i, model, now_ms) {
+                if self.steps_left == 0 {
+                    return Verdict::Undecided;
+                }
+                self.steps_left -= 1;
+                done[i] = true;
+                let found = self.dfs(done, &next, next_ms);
+                done[i] = false;
+                if found != Verdict::NotLinearizable {
+                    return found;
+                }
+            }
+        }
+        Verdict::NotLinearizable
+    }
+
+    /// The model states (and clocks) in which operation `i`, linearized next, gives the
+    /// answer its client received.
+    fn successors(&self, i: usize, model: &Ledger, now_ms: u64) -> Vec<(Ledger, u64)> {
+        let op = self.ops[i];
+        let responded = op.answer.as_ref().map(|(at, _)| *at);
+        if responded.is_some_and(|at| at < now_ms) {
+            return Vec::new();
+        }
+        let command_id_and_body = match &op.call {
+            Call::Read => {
+                let seen = model.get(&op.key).map(read_form);
+                let matches = match &op.answer {
+                    Some((_, Answer::Record(real))) => seen == real.as_deref().map(read_form),
+                    _ => true,
+                };
+                return if matches {
+                    vec![(model.clone(), now_ms)]
+                } else {
+                    Vec::new()
+                };
+            }
+            Call::Command { command_id, body } => (command_id, body),
+        };
+        let mut successors = Vec::new();
+        for at in self.candidate_times(op, model, now_ms) {
+            let mut next = model.clone();
+            sweep(&mut next, at);
+            let (command_id, body) = command_id_and_body;
+            let Some(command) = translate(&next, command_id, body, &self.attempt_of) else {
+                continue;
+            };
+            let outcome = next.apply(&command, at);
+            let matches = match &op.answer {
+                Some((_, Answer::Outcome(real))) => same_outcome(&outcome, real),
+                Some((_, Answer::Record(_))) => false,
+                None => true,
+            };
+            if matches {
+                successors.push((next, at));
+            }
+        }
+        successors
+    }
+
+    /// The times worth trying for command `op`: the exact stamp of a grant, or the
+    /// earliest possible time and every boundary (a lease's end, a horizon) up to its
+    /// response, between which no outcome can change; for a pending command, also every
+    /// stamp other answers reveal (it may have been a grant they saw).
+    fn candidate_times(&self, op: &Op, model: &Ledger, now_ms: u64) -> Vec<u64> {
+        let earliest = now_ms.max(op.invoked_ms);
+        let latest = op.answer.as_ref().map_or(u64::MAX, |(at, _)| *at);
+        if earliest > latest {
+            return Vec::new();
+        }
+        if let Some((_, Answer::Outcome(outcome))) = &op.answer {
+            if let Some(grant) = grant_of(outcome) {
+                let at = grant.granted_at_ms;
+                return if (earliest..=latest).contains(&at) {
+                    vec![at]
+                } else {
+                    Vec::new()
+                };
+            }
+        }
+        let mut times = BTreeSet::from([earliest]);
+        if op.answer.is_none() {
+            times.extend(self.hints.range(earliest..).copied());
+        }
+        if let Some(record) = model.get(&op.key) {
+            let boundaries = record
+                .attempts
+                .iter()
+                .map(|a| a.lease_until_ms)
+                .chain(record.horizon_deadline_ms);
+            times.extend(boundaries.filter(|t| (earliest..=latest).contains(t)));
+        }
+        times.into_iter().collect()
+    }
+}
+
+/// Stamps of grants the history reveals: granted times in grants and reads, and the
+/// start of every lease an `in_flight` answer names (its end less each lease length seen).
+fn stamp_hints(ops: &[&Op]) -> BTreeSet<u64> {
+    let mut stamps = BTreeSet::new();
+    let mut lengths: BTreeSet<u64> = crate::fixtures::ToolKind::ALL
+        .iter()
+        .map(|t| t.policy().lease_ms)
+        .collect();
+    let mut lease_ends = Vec::new();
+    for op in ops {
+        match &op.answer {
+            Some((_, Answer::Outcome(outcome))) => {
+                if let Some(g) = grant_of(outcome) {
+                    stamps.insert(g.granted_at_ms);
+                    lengths.insert(g.lease_until_ms - g.granted_at_ms);
+                }
+                if let Outcome::Claim(ClaimOutcome::InFlight { lease_until_ms, .. })
+                | Outcome::Reconcile(ReconcileOutcome::InFlight { lease_until_ms, .. }) = outcome
+                {
+                    lease_ends.push(*lease_until_ms);
+                }
+            }
+            Some((_, Answer::Record(Some(record)))) => {
+                for a in &record.attempts {
+                    stamps.insert(a.granted_at_ms);
+                    lengths.insert(a.lease_until_ms.saturating_sub(a.granted_at_ms));
+                }
+            }
+            _ => {}
+        }
+    }
+    for end in lease_ends {
+        stamps.extend(lengths.iter().map(|l| end.saturating_sub(*l)));
+    }
+    stamps
+}
+
+fn grant_of(outcome: &Outcome) -> Option<&ledger_core::Grant> {
+    match outcome {
+        Outcome::Claim(ClaimOutcome::Proceed(g))
+        | Outcome::Reconcile(ReconcileOutcome::Observe(g)) => Some(g),
+        _ => None,
+    }
+}
+
+fn bits(done: &[bool]) -> Vec<u64> {
+    let mut words = vec![0u64; done.len().div_ceil(64)];
+    for (i, d) in done.iter().enumerate() {
+        if *d {
+            words[i / 64] |= 1 << (i % 64);
+        }
+    }
+    words
+}

@@ -1,0 +1,310 @@
+//! How a provider handles one request, with the faults a boundary can suffer: the provider
+//! crashing after it received the request and before applying it, the answer lost after
+//! it applied it, or a slow backend.
+//!
+//! A send is a task on the provider machine; the caller waits for its answer up to
+//! [`PROVIDER_TIMEOUT_MS`] and sees a timeout when no answer comes, exactly like an HTTP
+//! client. A request received at `t` and processed for `p` ms is applied by `t + p` on
+//! the wall clock: a look-up at or after that time sees it, even when a clock jump wakes
+//! the look-up and the processing task at the same instant. A keyed provider records the key when the request arrives, so a concurrent
+//! request with the same key waits for the first one's result instead of applying again.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::{
+    KeyEntry, Mutation, Pending, ProviderKind, State, World, HORIZON_MS, PROCESSING_MS_MAX,
+    PROVIDER_TIMEOUT_MS,
+};
+use crate::workload::wall_clock_ms;
+
+/// One request to a provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderRequest {
+    /// The provider.
+    pub kind: ProviderKind,
+    /// The intended effect the request is for (part of its payload, e.g. the text).
+    pub intent_id: String,
+    /// The parameters (canonical JSON).
+    pub params: String,
+    /// The idempotency key, honoured by keyed providers within their horizon.
+    pub idempotency_key: Option<String>,
+    /// The external reference stored with the effect, where the provider keeps one.
+    pub reference: Option<String>,
+}
+
+/// What happens to one request at the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendFault {
+    /// Nothing: applied, answered.
+    None,
+    /// The provider received it and crashed before applying it: never applied, no answer.
+    CrashBeforeMutate,
+    /// Applied, but the answer is lost.
+    LostResponse,
+    /// Applied after this long (ms), then answered.
+    Slow(u64),
+}
+
+/// A provider's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderReply {
+    /// The effect exists; `deduplicated` when this request did not apply it again.
+    Done {
+        /// The provider's receipt.
+        receipt: String,
+        /// Whether a stored result was returned instead of applying.
+        deduplicated: bool,
+    },
+    /// Refused without applying anything (4xx).
+    Rejected {
+        /// The status code.
+        status: u16,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What a look-up at the provider found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The effect exists.
+    Found {
+        /// Its receipt.
+        receipt: String,
+    },
+    /// The provider has no such effect.
+    NotFound,
+    /// The provider cannot tell.
+    Unknown {
+        /// Why not.
+        detail: String,
+    },
+}
+
+impl World {
+    /// Sends `request` with `fault`, applied after `processing_ms` (or the fault's delay);
+    /// `Err` is a timeout: no answer within [`PROVIDER_TIMEOUT_MS`].
+    pub async fn send(
+        &self,
+        request: ProviderRequest,
+        fault: SendFault,
+        processing_ms: u64,
+    ) -> Result<ProviderReply, String> {
+        let (tx, rx) = oneshot::channel();
+        let world = self.clone();
+        let processing_ms = match fault {
+            SendFault::Slow(ms) => ms,
+            _ => processing_ms,
+        }
+        .min(PROCESSING_MS_MAX);
+        self.lock().in_flight += 1;
+        self.machine.spawn(async move {
+            let reply = world.process(request, fault, processing_ms).await;
+            world.lock().in_flight -= 1;
+            let _ = tx.send(reply);
+        });
+        let timeout = Duration::from_millis(PROVIDER_TIMEOUT_MS);
+        let deadline = tokio::time::Instant::now() + timeout;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Some(reply))) => Ok(reply),
+            Ok(_) => {
+                tokio::time::sleep_until(deadline).await;
+                Err(format!("no answer within {PROVIDER_TIMEOUT_MS} ms"))
+            }
+            Err(_) => Err(format!("no answer within {PROVIDER_TIMEOUT_MS} ms")),
+        }
+    }
+
+    /// The provider's side of one request; `None` when no answer goes back.
+    async fn process(
+        &self,
+        request: ProviderRequest,
+        fault: SendFault,
+        processing_ms: u64,
+    ) -> Option<ProviderReply> {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        self.lock().requests += 1;
+        let keyed = request
+            .idempotency_key
+            .clone()
+            .filter(|_| request.kind.honours_key())
+            .map(|key| (request.kind, key));
+        if let Some(id) = &keyed {
+            if let Some(answer) = self.seen_key(id, &request).await {
+                return Some(answer);
+            }
+        }
+        if fault == SendFault::CrashBeforeMutate {
+            if let Some(id) = &keyed {
+                self.lock().keys.remove(id);
+            }
+            return None;
+        }
+        let arrival = {
+            let mut state = self.lock();
+            state.arrivals += 1;
+            let arrival = state.arrivals;
+            let due_ms = wall_clock_ms() + processing_ms;
+            state.pending.insert(arrival, Pending { due_ms, request });
+            arrival
+        };
+        tokio::time::sleep(Duration::from_millis(processing_ms)).await;
+        let receipt = {
+            let mut state = self.lock();
+            match state.pending.remove(&arrival) {
+                Some(pending) => apply(&mut state, &pending.request),
+                None => state
+                    .applied_early
+                    .remove(&arrival)
+                    .expect("a pending request is applied once"),
+            }
+        };
+        (fault != SendFault::LostResponse).then_some(ProviderReply::Done {
+            receipt,
+            deduplicated: false,
+        })
+    }
+
+    /// A keyed request whose key is live: the answer it gets without applying. Records
+    /// the key and returns `None` when it is new (or its horizon passed).
+    async fn seen_key(
+        &self,
+        id: &(ProviderKind, String),
+        request: &ProviderRequest,
+    ) -> Option<ProviderReply> {
+        let now = wall_clock_ms();
+        {
+            let mut state = self.lock();
+            match state.keys.get(id) {
+                Some(e) if now < e.first_seen_ms + HORIZON_MS => {
+                    if request.kind == ProviderKind::Refund && e.params != request.params {
+                        return Some(ProviderReply::Rejected {
+                            status: 409,
+                            reason: "idempotency key reused with other parameters".into(),
+                        });
+                    }
+                }
+                _ => {
+                    let entry = KeyEntry {
+                        params: request.params.clone(),
+                        first_seen_ms: now,
+                        receipt: None,
+                    };
+                    state.keys.insert(id.clone(), entry);
+                    return None;
+                }
+            }
+        }
+        // The first request with this key is applied or still being processed: wait for
+        // its result, as a provider holding the key's lock would.
+        loop {
+            match self.lock().keys.get(id).map(|e| e.receipt.clone()) {
+                Some(Some(receipt)) => {
+                    return Some(ProviderReply::Done {
+                        receipt,
+                        deduplicated: true,
+                    })
+                }
+                Some(None) => {}
+                // The first request died with a provider crash: this one is applied.
+                None => return None,
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What `kind`'s look-up API says about an effect sent with `reference` and `key`.
+    pub fn lookup(&self, kind: ProviderKind, reference: &str, key: &str) -> Lookup {
+        let mut state = self.lock();
+        apply_due(&mut state, wall_clock_ms());
+        let state = state;
+        let by_reference = || {
+            state
+                .mutations
+                .get(&kind)
+                .into_iter()
+                .flatten()
+                .find(|m| m.reference.as_deref() == Some(reference))
+                .map(|m| m.receipt.clone())
+        };
+        let entry = state.keys.get(&(kind, key.to_owned()));
+        match kind {
+            ProviderKind::Refund => match (by_reference(), entry) {
+                (Some(receipt), _) => Lookup::Found { receipt },
+                (None, Some(e)) if e.receipt.is_none() => Lookup::Unknown {
+                    detail: "a refund with this key is still being processed".into(),
+                },
+                (None, _) => Lookup::NotFound,
+            },
+            ProviderKind::Wire => {
+                let now = wall_clock_ms();
+                match entry.filter(|e| now < e.first_seen_ms + HORIZON_MS) {
+                    Some(KeyEntry {
+                        receipt: Some(receipt),
+                        ..
+                    }) => Lookup::Found {
+                        receipt: receipt.clone(),
+                    },
+                    Some(_) => Lookup::Unknown {
+                        detail: "a transfer with this key is still being processed".into(),
+                    },
+                    None => Lookup::NotFound,
+                }
+            }
+            ProviderKind::Ticket | ProviderKind::Append => match by_reference() {
+                Some(receipt) => Lookup::Found { receipt },
+                None => Lookup::NotFound,
+            },
+            ProviderKind::Message => Lookup::Unknown {
+                detail: NO_LOOKUP.into(),
+            },
+        }
+    }
+}
+
+/// Applies `request`: records the mutation (and the receipt of its key, for a keyed
+/// provider) and returns its receipt.
+fn apply(state: &mut State, request: &ProviderRequest) -> String {
+    let applied = state.mutations.entry(request.kind).or_default();
+    let receipt = format!("{}-{}", request.kind.name(), applied.len() + 1);
+    applied.push(Mutation {
+        intent_id: request.intent_id.clone(),
+        params: request.params.clone(),
+        reference: request.reference.clone(),
+        key: request.idempotency_key.clone(),
+        receipt: receipt.clone(),
+        at: crate::sim_elapsed(),
+    });
+    if let Some(key) = request
+        .idempotency_key
+        .clone()
+        .filter(|_| request.kind.honours_key())
+    {
+        if let Some(entry) = state.keys.get_mut(&(request.kind, key)) {
+            entry.receipt = Some(receipt.clone());
+        }
+    }
+    receipt
+}
+
+/// Applies, in the order they fell due, the pending requests due by `now_ms`.
+fn apply_due(state: &mut State, now_ms: u64) {
+    let mut due: Vec<(u64, u64)> = state
+        .pending
+        .iter()
+        .filter(|(_, p)| p.due_ms <= now_ms)
+        .map(|(arrival, p)| (p.due_ms, *arrival))
+        .collect();
+    due.sort_unstable();
+    for (_, arrival) in due {
+        if let Some(pending) = state.pending.remove(&arrival) {
+            let receipt = apply(state, &pending.request);
+            state.applied_early.insert(arrival, receipt);
+        }
+    }
+}
+
+/// What the message provider's missing look-up says.
+pub const NO_LOOKUP: &str = "the provider offers no look-up: no observation possible";
