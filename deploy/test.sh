@@ -12,6 +12,9 @@ echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== tests"
 cargo test --workspace --locked
+echo "== MCP end to end with the official Python SDK (own venv from PyPI; pytest bounded"
+echo "   by MCP_PY_TIMEOUT_S, default 600 s)"
+bash mcp-server/tests/python/run.sh
 echo "== simulation lint (rustfmt, clippy -D warnings under --cfg madsim)"
 bash sim-tests/run.sh lint
 echo "== simulation (madsim, own target dir): every scenario on its fixed seeds plus a"

@@ -15,12 +15,14 @@ const STATUS_TIMEOUT_MS: u64 = 1_000;
 
 impl LedgerClient {
     /// The status of endpoint `i`, without retries: it is that node's view that is asked.
+    /// Needs the operator key: a tenant key is refused (`PERMISSION_DENIED`).
     pub async fn status_of(&self, i: usize) -> Result<pb::StatusResponse, ClientError> {
         self.status_with(i, false).await
     }
 
     /// The status of endpoint `i` with a digest of its whole ledger state, to check that
-    /// replicas agree (costs the node one serialisation of its state).
+    /// replicas agree (costs the node one serialisation of its state). Needs the operator
+    /// key.
     pub async fn status_with_digest(&self, i: usize) -> Result<pb::StatusResponse, ClientError> {
         self.status_with(i, true).await
     }
@@ -36,21 +38,15 @@ impl LedgerClient {
     }
 
     /// The leader's id and address as the first answering node reports it, and makes the
-    /// leader the preferred endpoint. `None` when no node knows a leader.
+    /// leader the preferred endpoint. `None` when no node knows a leader. Any API key.
     pub async fn find_leader(&self) -> Option<(u64, String)> {
         for i in 0..self.transport().endpoints().len() {
-            let Ok(status) = self.status_of(i).await else {
+            let Ok(answer) = self.transport().leader_of(i, STATUS_TIMEOUT_MS).await else {
                 continue;
             };
-            let Some(leader) = status.leader_id else {
+            let (Some(leader), Some(addr)) = (answer.leader_id, answer.leader_addr) else {
                 continue;
             };
-            let addr = status
-                .voters
-                .iter()
-                .chain(&status.learners)
-                .find(|m| m.node_id == leader)
-                .map(|m| m.addr.clone())?;
             self.transport().prefer(&addr);
             return Some((leader, addr));
         }

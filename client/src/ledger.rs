@@ -8,9 +8,9 @@
 use tonic::transport::Channel;
 
 use ledger_core::{
-    ClaimOutcome, Decision, Declaration, EffectKey, EffectRecord, EffectState, ListQuery,
-    ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantSettings, ToolName,
-    ToolPolicy,
+    ClaimOutcome, Decision, Declaration, EffectKey, EffectRecord, EffectState, IntentHash,
+    ListQuery, ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantSettings,
+    ToolName, ToolPolicy,
 };
 use ledger_proto::pb;
 use ledger_proto::pb::admin_client::AdminClient;
@@ -18,6 +18,17 @@ use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
 
 use crate::error::ClientError;
 use crate::transport::{RetryPolicy, Transport};
+
+/// What an amend answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmendOutcome {
+    /// The intent hash the effect carried before (equal to `intent_hash` when unchanged).
+    pub previous_hash: IntentHash,
+    /// The intent hash it carries now.
+    pub intent_hash: IntentHash,
+    /// Whether this call changed the intent; false when the effect already had it.
+    pub changed: bool,
+}
 
 /// A client of the ledger cluster.
 #[derive(Clone)]
@@ -80,6 +91,37 @@ impl LedgerClient {
             .await?;
         match Outcome::try_from(response.into_inner()).map_err(malformed)? {
             Outcome::Declared { keys, created } => Ok((keys, created)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Replaces the intent of an existing effect with `declaration.intent_json` while
+    /// nothing can have happened (`not_started`, or `failed_before_effect` with nothing
+    /// unsettled); the key, tool, target, workflow and authority must be the effect's.
+    /// Otherwise the refusal is `AmendNotAllowed`, `Conflict` or `TooManyAmendments`.
+    pub async fn amend(
+        &self,
+        command_id: &str,
+        declaration: Declaration,
+    ) -> Result<AmendOutcome, ClientError> {
+        let message = pb::AmendRequest::new(command_id, declaration);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).amend(request).await }
+            })
+            .await?;
+        match Outcome::try_from(response.into_inner()).map_err(malformed)? {
+            Outcome::Amended {
+                previous_hash,
+                intent_hash,
+                changed,
+            } => Ok(AmendOutcome {
+                previous_hash,
+                intent_hash,
+                changed,
+            }),
             other => Err(unexpected(other)),
         }
     }

@@ -3,8 +3,8 @@
 //! - [`effect`]: [`EffectRunner`] runs one effect end to end: claim, dispatch through a
 //!   closure that gets the attempt's provider key, classify, report, heartbeats, waiting
 //!   for another attempt, reconciliation, and a typed [`EffectOutcome`].
-//! - [`keys`]: effect keys derived in code (explicit, or workflow, step, tool and
-//!   canonical intent), never by a model.
+//! - [`keys`]: effect keys derived in code (explicit, or workflow, step, tool and the
+//!   target the policy names), never by a model; the intent is bound, not part of it.
 //! - [`reconcile`]: the [`ProviderAdapter`] trait that observes a provider, and the
 //!   fenced observation rounds that settle an unknown outcome or escalate.
 //! - [`policy_file`]: the operator's tool policies from TOML, applied to the ledger.
@@ -28,8 +28,8 @@ pub use effect::{
     AttemptInfo, DispatchResult, EffectCall, EffectOutcome, EffectRunner, RunError, RunOptions,
 };
 pub use error::ClientError;
-pub use keys::{effect_key, KeySource};
-pub use ledger::LedgerClient;
+pub use keys::{effect_key, target_of, KeySource};
+pub use ledger::{AmendOutcome, LedgerClient};
 pub use policy_file::PolicyFile;
 pub use reconcile::{Observation, ProviderAdapter, ReconcileOptions, Reconciled};
 pub use transport::RetryPolicy;

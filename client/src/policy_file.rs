@@ -8,6 +8,10 @@
 //! ```toml
 //! [[tenant]]
 //! name = "acme"
+//! command_retention_ms = 86400000    # how long a command id's answer is remembered
+//! tombstone_retention_ms = 2592000000 # how long a collected record's tombstone is kept
+//! live_records_max = 1000000        # most records not yet collected
+//! stored_bytes_max = 1073741824     # most approximate bytes of records and tombstones
 //!
 //! [[tool]]
 //! tenant = "acme"
@@ -22,8 +26,14 @@
 //! lease_ms = 30000
 //! lease_ms_max = 600000
 //! volatile_fields = ["/request_id"] # JSON pointers left out of the intent hash
+//! target_fields = ["/order_id"]     # JSON pointers naming the logical target resource
+//! processing_ms_max = 15000         # the provider's declared processing bound; omitted:
+//!                                   # none, and a look-up never proves absence
+//! visibility_lag_ms = 2000          # how long until its look-up shows a committed effect
+//! retry_window_ms = 86400000        # how long callers may retry (retention must cover it)
 //! ```
-//! Every field after `class` is optional and defaults to `ToolPolicy::for_class(class)`.
+//! Every tenant field after `name` is optional and defaults to `TenantSettings::default()`;
+//! every tool field after `class` is optional and defaults to `ToolPolicy::for_class(class)`.
 
 use std::path::Path;
 
@@ -103,6 +113,9 @@ struct FileText {
 struct TenantText {
     name: String,
     command_retention_ms: Option<u64>,
+    tombstone_retention_ms: Option<u64>,
+    live_records_max: Option<u64>,
+    stored_bytes_max: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +132,10 @@ struct ToolText {
     observations_max: Option<u32>,
     confirmation_required: Option<bool>,
     volatile_fields: Option<Vec<String>>,
+    target_fields: Option<Vec<String>>,
+    processing_ms_max: Option<u64>,
+    visibility_lag_ms: Option<u64>,
+    retry_window_ms: Option<u64>,
 }
 
 /// The class a policy file names, by its `Display` spelling.
@@ -164,6 +181,10 @@ impl ToolText {
                 .confirmation_required
                 .unwrap_or(d.confirmation_required),
             volatile_fields: self.volatile_fields.unwrap_or(d.volatile_fields),
+            target_fields: self.target_fields.unwrap_or(d.target_fields),
+            processing_ms_max: self.processing_ms_max.or(d.processing_ms_max),
+            visibility_lag_ms: self.visibility_lag_ms.unwrap_or(d.visibility_lag_ms),
+            retry_window_ms: self.retry_window_ms.unwrap_or(d.retry_window_ms),
         };
         policy.validate().map_err(invalid)?;
         Ok(ToolEntry {
@@ -195,6 +216,11 @@ impl PolicyFile {
                     command_retention_ms: t
                         .command_retention_ms
                         .unwrap_or(defaults.command_retention_ms),
+                    tombstone_retention_ms: t
+                        .tombstone_retention_ms
+                        .unwrap_or(defaults.tombstone_retention_ms),
+                    live_records_max: t.live_records_max.unwrap_or(defaults.live_records_max),
+                    stored_bytes_max: t.stored_bytes_max.unwrap_or(defaults.stored_bytes_max),
                 },
             });
         }
@@ -344,6 +370,54 @@ mod tests {
     }
 
     #[test]
+    fn provider_timing_targets_and_retry_window_are_read() {
+        let text = r#"
+            [[tool]]
+            tenant = "acme"
+            tool = "shop/refund"
+            class = "unkeyed_create"
+            target_fields = ["/order_id"]
+            processing_ms_max = 15000
+            visibility_lag_ms = 2000
+            retry_window_ms = 3600000
+        "#;
+        let file = PolicyFile::from_toml(text).unwrap();
+        let policy = file.policy("acme", &tool("shop", "refund")).unwrap();
+        assert_eq!(policy.target_fields, vec!["/order_id".to_owned()]);
+        assert_eq!(policy.processing_ms_max, Some(15_000));
+        assert_eq!(policy.visibility_lag_ms, 2_000);
+        assert_eq!(policy.retry_window_ms, 3_600_000);
+        // Omitted: no declared bound, no lag, a 24 h retry window.
+        let file = PolicyFile::from_toml(FILE).unwrap();
+        let refund = file.policy("acme", &tool("pay", "refund")).unwrap();
+        assert_eq!(refund.processing_ms_max, None);
+        assert_eq!(refund.visibility_lag_ms, 0);
+        assert_eq!(refund.retry_window_ms, 24 * 60 * 60 * 1000);
+        assert!(refund.target_fields.is_empty());
+    }
+
+    #[test]
+    fn tenant_retention_and_quotas_are_read() {
+        let text = r#"
+            [[tenant]]
+            name = "acme"
+            tombstone_retention_ms = 60000
+            live_records_max = 10
+            stored_bytes_max = 4096
+        "#;
+        let file = PolicyFile::from_toml(text).unwrap();
+        assert_eq!(
+            file.tenants[0].settings,
+            TenantSettings {
+                tombstone_retention_ms: 60_000,
+                live_records_max: 10,
+                stored_bytes_max: 4_096,
+                ..TenantSettings::default()
+            }
+        );
+    }
+
+    #[test]
     fn bad_files_are_typed_errors_naming_the_entry() {
         let cases = [
             (
@@ -365,6 +439,14 @@ mod tests {
             (
                 "[[tool]]\ntenant = \"acme\"\ntool = \"p/n\"\nclass = \"read_only\"\nsurprise = 1",
                 "surprise",
+            ),
+            (
+                "[[tool]]\ntenant = \"acme\"\ntool = \"p/n\"\nclass = \"read_only\"\nretention_ms = 1000\nretry_window_ms = 2000",
+                "retention_ms (1000) must be at least retry_window_ms (2000)",
+            ),
+            (
+                "[[tool]]\ntenant = \"acme\"\ntool = \"p/n\"\nclass = \"read_only\"\nprocessing_ms_max = 999999999999",
+                "processing_ms_max",
             ),
             ("not toml at all [", "invalid policy file"),
         ];

@@ -1,19 +1,28 @@
 //! Reconciliation: settling an unknown outcome by asking the provider, never by guessing.
 //!
 //! A [`ProviderAdapter`] looks the effect up at the provider (by idempotency key, by an
-//! external reference the dispatch attached, by a message id) and says committed (with a
-//! receipt), not committed, or unknown. The runner holds a fenced reconciliation attempt
-//! for every observation and records each one in the ledger, which escalates to a person
-//! when its observation budget (`observations_max` in the tool's policy) is spent.
-//! Providers that are only eventually consistent give a settle delay: "not found" right
-//! after a send proves nothing, so the runner waits that long before each look.
+//! external reference the dispatch attached, by a message id) and says what it saw:
+//! committed (with a receipt), not found, or unknown. The runner holds a fenced
+//! reconciliation attempt for every observation and records each one in the ledger, which
+//! escalates to a person when its observation budget (`observations_max` in the tool's
+//! policy) is spent.
+//!
+//! An adapter only says what it saw; whether "not found" proves anything is decided here
+//! and, as a backstop, by the ledger (design §7). It proves absence only once no earlier
+//! dispatch can still land: after the latest dispatch's lease end plus the provider's
+//! declared processing bound plus its search-visibility lag (`processing_ms_max` and
+//! `visibility_lag_ms` in the tool's policy). Until then the runner waits, within the
+//! call's budget (`absence_wait_ms_max`), and looks again; past the budget the outcome
+//! stays unknown. A provider without a declared processing bound never proves absence by a
+//! look-up: only finding the effect settles it, and otherwise the ledger escalates.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use ledger_core::{
-    EffectKey, EffectRecord, EffectState, EscalationReason, ObservationResult, ReconcileOutcome,
+    EffectKey, EffectRecord, EffectState, EscalationReason, ExpiredEffect, ObservationResult,
+    ReconcileOutcome,
 };
 
 use crate::effect::{ids, EffectRunner};
@@ -47,13 +56,9 @@ pub enum Observation {
 /// Looks effects up at one provider.
 pub trait ProviderAdapter: Send + Sync {
     /// What the provider says about `effect` (its provider key, intent and target are in
-    /// the record).
+    /// the record), as seen now: whether a "not found" proves anything is not for the
+    /// adapter to judge.
     fn observe<'a>(&'a self, effect: &'a EffectRecord) -> BoxFuture<'a, Observation>;
-
-    /// How long after a dispatch the provider's answer to a look-up can be trusted.
-    fn settle_delay_ms(&self) -> u64 {
-        0
-    }
 }
 
 /// How reconciliation rounds are paced and bounded within one call.
@@ -63,8 +68,11 @@ pub struct ReconcileOptions {
     pub rounds_max: u32,
     /// Pause between two ambiguous observations.
     pub round_interval_ms: u64,
-    /// Lease asked for each reconciliation attempt.
+    /// Lease asked for each reconciliation attempt, on top of `absence_wait_ms_max`.
     pub lease_ms: u64,
+    /// Longest this call waits, holding its reconciliation attempt, for a "not found" to
+    /// become proof (design §7); a longer wait leaves the outcome unknown for now.
+    pub absence_wait_ms_max: u64,
 }
 
 impl Default for ReconcileOptions {
@@ -73,6 +81,7 @@ impl Default for ReconcileOptions {
             rounds_max: 3,
             round_interval_ms: 200,
             lease_ms: 10_000,
+            absence_wait_ms_max: 20_000,
         }
     }
 }
@@ -97,6 +106,8 @@ pub enum Reconciled {
         /// Why.
         reason: EscalationReason,
     },
+    /// The record was collected after its retention; what the ledger kept of it.
+    Expired(ExpiredEffect),
     /// Nothing was unknown: the effect is in this state.
     NotNeeded {
         /// Its state.
@@ -133,9 +144,11 @@ impl EffectRunner {
         options: &ReconcileOptions,
     ) -> Result<Reconciled, ClientError> {
         let id = ids::begin_reconcile(key, &self.next_invocation());
+        let asked_at = tokio::time::Instant::now();
+        let lease_ms = options.lease_ms.saturating_add(options.absence_wait_ms_max);
         let outcome = self
             .ledger()
-            .begin_reconcile(&id, key.clone(), self.holder(), Some(options.lease_ms))
+            .begin_reconcile(&id, key.clone(), self.holder(), Some(lease_ms))
             .await?;
         let grant = match outcome {
             ReconcileOutcome::Observe(grant) => grant,
@@ -146,13 +159,23 @@ impl EffectRunner {
                 state: EffectState::FailedBeforeEffect,
             } => return Ok(Reconciled::NotCommitted),
             ReconcileOutcome::NotNeeded { state } => return Ok(Reconciled::NotNeeded { state }),
+            // Collected after retention: there is nothing left to reconcile here.
+            ReconcileOutcome::Expired(expired) => return Ok(Reconciled::Expired(expired)),
         };
         let record =
             self.ledger().get(key.clone()).await?.ok_or_else(|| {
                 ClientError::Malformed(format!("{key} vanished while reconciling"))
             })?;
-        tokio::time::sleep(Duration::from_millis(adapter.settle_delay_ms())).await;
-        let (result, detail) = match adapter.observe(&record).await {
+        let mut seen = adapter.observe(&record).await;
+        if matches!(seen, Observation::NotCommitted { .. }) {
+            let wait = absence_wait(&record, &grant, options);
+            if let Some(until) = wait.map(|w| asked_at + w) {
+                // Too early for "not found" to prove anything: look again once it can.
+                tokio::time::sleep_until(until).await;
+                seen = adapter.observe(&record).await;
+            }
+        }
+        let (result, detail) = match seen {
             Observation::Committed { receipt, detail } => {
                 (ObservationResult::Committed { receipt }, detail)
             }
@@ -195,3 +218,27 @@ impl EffectRunner {
             .unwrap_or(EscalationReason::ObservationBudgetSpent))
     }
 }
+
+/// How long after asking for `grant` to wait before a "not found" can prove absence:
+/// `None` when it already can, when it never can (no declared processing bound), or when
+/// the wait would not fit in this call's budget or in the attempt's certain lease.
+fn absence_wait(
+    record: &EffectRecord,
+    grant: &ledger_core::Grant,
+    options: &ReconcileOptions,
+) -> Option<Duration> {
+    let provable_at_ms = record.absence_provable_at_ms()?;
+    let wait_ms = provable_at_ms.checked_sub(grant.granted_at_ms)?;
+    if wait_ms == 0 {
+        return None;
+    }
+    // Ledger time may run a little faster or slower than this client's clock.
+    let wait_ms = wait_ms + wait_ms / 20 + ABSENCE_MARGIN_MS;
+    let lease_ms = grant.lease_until_ms.saturating_sub(grant.granted_at_ms);
+    let certain_ms = lease_ms.saturating_sub(lease_ms / 3);
+    (wait_ms <= options.absence_wait_ms_max && wait_ms < certain_ms)
+        .then(|| Duration::from_millis(wait_ms))
+}
+
+/// Added to every wait for absence to become provable, against rounding of ledger time.
+const ABSENCE_MARGIN_MS: u64 = 50;

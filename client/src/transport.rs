@@ -35,8 +35,8 @@ pub struct RetryPolicy {
     pub attempt_timeout_ms: u64,
 }
 
-/// Deadline of one status call made to find the leader after a failure; a node that does
-/// not answer in this time is skipped.
+/// Deadline of one leader query made after a failure; a node that does not answer in
+/// this time is skipped.
 const LEADER_PROBE_TIMEOUT_MS: u64 = 300;
 
 impl Default for RetryPolicy {
@@ -203,17 +203,31 @@ impl Transport {
     /// The leader's address as endpoint `i` reports it, if it answers within `timeout_ms`
     /// and knows one.
     pub async fn leader_seen_by(&self, i: usize, timeout_ms: u64) -> Option<String> {
-        let status = self.status_of(i, false, timeout_ms).await.ok()?;
-        let leader = status.leader_id?;
-        status
-            .voters
-            .iter()
-            .chain(&status.learners)
-            .find(|m| m.node_id == leader)
-            .map(|m| m.addr.clone())
+        self.leader_of(i, timeout_ms).await.ok()?.leader_addr
+    }
+
+    /// Who leads as endpoint `i` sees it, asked once. Any API key may ask (unlike
+    /// [`Transport::status_of`], which needs the operator key).
+    pub async fn leader_of(
+        &self,
+        i: usize,
+        timeout_ms: u64,
+    ) -> Result<pb::LeaderResponse, ClientError> {
+        let request = self.request(pb::LeaderRequest {});
+        let mut admin = AdminClient::new(self.channel(i));
+        let call = admin.leader(request);
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(ClientError::from_status(status)),
+            Err(_) => Err(ClientError::Unavailable {
+                attempts: 1,
+                last: format!("{} did not answer", self.inner.endpoints[i]),
+            }),
+        }
     }
 
     /// The status of endpoint `i`, asked once (it is that node's view that matters).
+    /// Needs the operator key: a tenant key is refused (`PERMISSION_DENIED`).
     pub async fn status_of(
         &self,
         i: usize,

@@ -118,42 +118,10 @@ async fn heartbeats_keep_a_long_dispatch_in_flight_past_its_lease() {
     let ledger = Ledger::start().await;
     let provider = Provider::default();
     let c = call("desk/create_ticket", "t3", r#"{"subject":"slow"}"#);
-    let a = ledger.runner("server-a", 300);
-    let slow = {
-        let (c, provider) = (c.clone(), provider.clone());
-        tokio::spawn(async move {
-            a.effect(c)
-                .run(|attempt| {
-                    let provider = provider.clone();
-                    async move {
-                        tokio::time::sleep(Duration::from_millis(1_200)).await;
-                        DispatchResult::Committed {
-                            receipt: provider.execute(&attempt.provider_key),
-                        }
-                    }
-                })
-                .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let meanwhile = ledger
-        .runner("server-b", 300)
-        .effect(c.clone())
-        .run(must_not_dispatch)
-        .await
-        .unwrap();
-    assert!(
-        matches!(meanwhile, EffectOutcome::InFlight { ref holder, .. } if holder == "server-a"),
-        "{meanwhile:?}"
-    );
-    let done = slow.await.unwrap().unwrap();
+    let runner = ledger.runner("server-a", 300);
+    let (done, record) =
+        slow_dispatch_stays_in_flight(&ledger, runner, &c, &provider, 1_200, 800).await;
     assert!(matches!(done, EffectOutcome::Done { .. }), "{done:?}");
-    let record = ledger
-        .client(TENANT_KEY)
-        .get(c.declaration.key)
-        .await
-        .unwrap()
-        .unwrap();
     assert_eq!(record.attempts.len(), 1);
     assert_eq!(provider.total(), 1);
 }

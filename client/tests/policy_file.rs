@@ -26,7 +26,7 @@ async fn a_changed_policy_file_applies_to_new_effects_and_an_old_one_can_be_rest
         .enumerate()
     {
         if let Some(file) = file {
-            assert_eq!(file.apply(&operator).await.unwrap(), 5);
+            assert_eq!(file.apply(&operator).await.unwrap(), 7);
         }
         let c = call("pay/refund", &format!("p{i}"), "{}");
         runner.declare(&c.declaration, 1).await.unwrap();

@@ -21,7 +21,7 @@ impl Ledger {
         now: u64,
     ) -> Outcome {
         let Some(rec) = self.get(key) else {
-            return Refusal::UnknownEffect(key.clone()).into();
+            return self.missing(key).into();
         };
         let kind = match rec.attempt_by_token(token) {
             Some(a) => a.kind,
@@ -50,7 +50,7 @@ impl Ledger {
         now: u64,
     ) -> Outcome {
         let Some(rec) = self.get(key) else {
-            return Refusal::UnknownEffect(key.clone()).into();
+            return self.missing(key).into();
         };
         if let Err(refusal) = check_report(rec, token, report, now) {
             return refusal.into();
@@ -70,6 +70,7 @@ impl Ledger {
                         AttemptOutcome::FailedBeforeEffect {
                             proof: proof.clone(),
                         },
+                        now,
                     );
                     // Proof covers this attempt only: an earlier unsettled dispatch keeps
                     // the outcome unknown.
@@ -85,6 +86,7 @@ impl Ledger {
                         AttemptOutcome::Unknown {
                             reason: reason.clone(),
                         },
+                        now,
                     );
                     rec.ambiguous = true;
                     rec.state = EffectState::UnknownAfterDispatch;
@@ -167,10 +169,16 @@ pub(crate) fn stale(rec: &EffectRecord, token: u64) -> Refusal {
     }
 }
 
-/// Closes the open attempt with `outcome`.
-fn close_open(rec: &mut EffectRecord, outcome: AttemptOutcome) {
+/// Closes the open attempt with `outcome`, reported by its holder at `now`.
+///
+/// The report also ends the holder's lease at `now`: a holder sends nothing after it has
+/// reported (its dispatch has returned or was dropped), so no request of this attempt can
+/// have left later, and the absence deadline of design §7 counts from here rather than
+/// from a lease end the holder no longer needs.
+fn close_open(rec: &mut EffectRecord, outcome: AttemptOutcome, now: u64) {
     let open = rec.open_attempt_mut().expect("checked live");
     open.outcome = Some(outcome);
+    open.lease_until_ms = open.lease_until_ms.min(now.max(open.granted_at_ms));
 }
 
 /// Commits the effect on a fact reported by the attempt holding `token`. An open attempt

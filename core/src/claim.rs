@@ -5,12 +5,16 @@
 //! lease has run out counts as an unknown outcome even before the sweeper has turned it
 //! into one, so a restarted node never mistakes it for "not started". Answers that grant
 //! nothing change nothing; only a grant or an escalation writes the record.
+//!
+//! A key whose record was collected keeps a tombstone for a while: declaring or claiming
+//! it then is answered "expired" and creates nothing. A declaration must fit
+//! [`DECLARATION_BYTES_MAX`] and the tenant's quotas, or it creates nothing either.
 
 use crate::command::Declaration;
 use crate::intent::{canonicalize, differing_fields, CanonicalIntent};
 use crate::key::{validate_detail, validate_name, EffectKey, FieldError};
 use crate::ledger::Ledger;
-use crate::limits::SLOTS_MAX;
+use crate::limits::{DECLARATION_BYTES_MAX, SLOTS_MAX};
 use crate::outcome::{ClaimOutcome, Grant, IntentConflict, Outcome, Refusal, Unsettled};
 use crate::policy::{ReplayClass, ToolPolicy, ToolRef};
 use crate::record::{
@@ -42,6 +46,9 @@ impl Ledger {
             Ok(intent) => intent,
             Err(e) => return Refusal::InvalidIntent(e).into(),
         };
+        if let Err(refusal) = check_declaration_bytes(slots, &intent) {
+            return refusal.into();
+        }
         let keys: Vec<EffectKey> = if slots == 1 {
             vec![decl.key.clone()]
         } else {
@@ -54,6 +61,14 @@ impl Ledger {
         } else {
             decl.key.clone()
         };
+        // A collected effect stays collected while its tombstone is kept, in either shape.
+        if let Some(tombstone) = keys
+            .iter()
+            .chain([&other_shape])
+            .find_map(|k| self.tombstone(k))
+        {
+            return Refusal::Expired(Box::new(tombstone.expired())).into();
+        }
         if let Some(existing) = self.get(&other_shape) {
             return Refusal::Conflict(shape_conflict(existing, &intent)).into();
         }
@@ -70,17 +85,23 @@ impl Ledger {
                 }
             }
         }
-        let mut created = false;
-        for (index, key) in keys.iter().enumerate() {
-            if self.get(key).is_none() {
+        let new: Vec<EffectRecord> = (0..slots)
+            .zip(&keys)
+            .filter(|(_, key)| self.get(key).is_none())
+            .map(|(index, key)| {
                 let slot = (slots > 1).then_some(Slot {
-                    index: index as u32,
+                    index,
                     count: slots,
                 });
-                let rec = new_record(key.clone(), decl, &intent, slot, &policy, now);
-                self.insert_record(rec);
-                created = true;
-            }
+                new_record(key.clone(), decl, &intent, slot, &policy, now)
+            })
+            .collect();
+        if let Err(refusal) = self.check_quota(&decl.key.tenant, &new) {
+            return refusal.into();
+        }
+        let created = !new.is_empty();
+        for rec in new {
+            self.insert_record(rec);
         }
         Outcome::Declared { keys, created }
     }
@@ -103,6 +124,9 @@ impl Ledger {
             return e.into();
         }
         if self.get(&decl.key).is_none() {
+            if let Some(tombstone) = self.tombstone(&decl.key) {
+                return ClaimOutcome::Expired(tombstone.expired()).into();
+            }
             if decl.key.slot().is_some() {
                 return Refusal::UnknownEffect(decl.key.clone()).into();
             }
@@ -116,6 +140,10 @@ impl Ledger {
             }
             match self.declare(decl, 1, now) {
                 Outcome::Declared { .. } => {}
+                // The slot group once declared under this key was collected.
+                Outcome::Refused(Refusal::Expired(expired)) => {
+                    return ClaimOutcome::Expired(*expired).into();
+                }
                 refused => return refused,
             }
         }
@@ -362,12 +390,28 @@ fn new_record(
         observations: Vec::new(),
         escalation: None,
         decision: None,
+        amendments: Vec::new(),
     };
     touch(&mut rec, now);
     rec
 }
 
-fn validate_declaration(decl: &Declaration) -> Result<(), FieldError> {
+/// Refuses a declaration whose slots would together store more than
+/// [`DECLARATION_BYTES_MAX`] of intent.
+fn check_declaration_bytes(slots: u32, intent: &CanonicalIntent) -> Result<(), Refusal> {
+    let intent_bytes = intent.json.len() as u64;
+    if u64::from(slots).saturating_mul(intent_bytes) > DECLARATION_BYTES_MAX {
+        return Err(Refusal::DeclarationTooLarge {
+            slots,
+            intent_bytes,
+            bytes_max: DECLARATION_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Checks the names of a declaration (the key and intent are checked by their users).
+pub(crate) fn validate_declaration(decl: &Declaration) -> Result<(), FieldError> {
     validate_name("workflow_id", &decl.workflow_id)?;
     decl.tool.validate()?;
     validate_name("authority.principal", &decl.authority.principal)?;

@@ -162,11 +162,21 @@ pub enum CommandBody {
         /// At most this many attempts.
         limit: u32,
     },
-    /// Removes finished records past retention and command ids past their window
-    /// (operator, proposed by the leader's sweeper).
+    /// Removes finished records past retention, each leaving a tombstone (a
+    /// declaration's slots only all together), tombstones past their tenant's window and
+    /// command ids past theirs (operator, proposed by the leader's sweeper).
     CollectGarbage {
-        /// At most this many records and this many command ids.
+        /// At most this many records (a slot group may exceed it), this many tombstones
+        /// and this many command ids.
         limit: u32,
+    },
+    /// Replaces the intent of an existing effect (same key) while nothing can have
+    /// happened: the effect is `not_started`, or `failed_before_effect` with no unsettled
+    /// dispatch, and is not escalated. The old intent hash stays in the record's
+    /// amendments. Tool, target, workflow and authority must be the record's.
+    Amend {
+        /// The effect with its new intent.
+        declaration: Declaration,
     },
 }
 
@@ -195,9 +205,9 @@ impl CommandBody {
     /// The effect the command addresses, if it addresses one.
     pub fn effect_key(&self) -> Option<&EffectKey> {
         match self {
-            CommandBody::Declare { declaration, .. } | CommandBody::Claim { declaration, .. } => {
-                Some(&declaration.key)
-            }
+            CommandBody::Declare { declaration, .. }
+            | CommandBody::Claim { declaration, .. }
+            | CommandBody::Amend { declaration } => Some(&declaration.key),
             CommandBody::Heartbeat { key, .. }
             | CommandBody::Report { key, .. }
             | CommandBody::BeginReconcile { key, .. }
@@ -224,6 +234,7 @@ impl CommandBody {
             CommandBody::Decide { .. } => "decide",
             CommandBody::ExpireLeases { .. } => "expire_leases",
             CommandBody::CollectGarbage { .. } => "collect_garbage",
+            CommandBody::Amend { .. } => "amend",
         }
     }
 }

@@ -1,5 +1,8 @@
-//! The ledger: all effect records, tenants, tool policies and remembered command ids, and
-//! the one entry point that changes them, [`Ledger::apply`].
+//! The ledger: all effect records, tombstones of collected ones, tenants, tool policies
+//! and remembered command ids, and the one entry point that changes them,
+//! [`Ledger::apply`]. Every record and tombstone write goes through `insert_record`,
+//! `update`, `remove_record`, `insert_tombstone` or `remove_tombstone`, which keep the
+//! indexes and per-tenant usage counters in step. Read-only queries are in `query`.
 //!
 //! `apply(command, now_ms)` is deterministic: the same commands with the same times give
 //! the same outcomes and the same state on every replica. Time only ever comes in as
@@ -7,7 +10,6 @@
 //! so a leader whose clock is behind cannot make a lease live again.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -18,6 +20,10 @@ use crate::key::{validate_command_id, validate_tenant, EffectKey};
 use crate::outcome::{Outcome, Refusal};
 use crate::policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
 use crate::record::{EffectRecord, EffectState};
+use crate::tombstone::Tombstone;
+use crate::usage::{record_bytes, Usage};
+
+pub use crate::query::ListQuery;
 
 /// A tenant's settings and tool policies.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -44,6 +50,8 @@ pub(crate) struct State {
     pub(crate) tenants: BTreeMap<String, TenantConfig>,
     pub(crate) effects: BTreeMap<EffectKey, EffectRecord>,
     pub(crate) commands: BTreeMap<(Caller, String), CommandEntry>,
+    /// What is kept of collected records, by key.
+    pub(crate) tombstones: BTreeMap<EffectKey, Tombstone>,
 }
 
 impl Default for State {
@@ -54,6 +62,7 @@ impl Default for State {
             tenants: BTreeMap::new(),
             effects: BTreeMap::new(),
             commands: BTreeMap::new(),
+            tombstones: BTreeMap::new(),
         }
     }
 }
@@ -63,23 +72,8 @@ impl Default for State {
 pub struct Ledger {
     pub(crate) state: State,
     pub(crate) index: Indexes,
-}
-
-/// A page of records for operators and reconcilers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListQuery {
-    /// Only this tenant's records.
-    pub tenant: String,
-    /// Only records in this state.
-    pub state: Option<EffectState>,
-    /// Only records of this workflow.
-    pub workflow_id: Option<String>,
-    /// Only records last changed at or before this time (ms): "stuck for a while".
-    pub updated_at_or_before_ms: Option<u64>,
-    /// Start after this key (the last key of the previous page).
-    pub after: Option<EffectKey>,
-    /// At most this many records.
-    pub limit: usize,
+    /// Per-tenant counters, derived like the indexes.
+    pub(crate) usage: Usage,
 }
 
 impl Ledger {
@@ -208,6 +202,7 @@ impl Ledger {
             } => self.decide(key, decision, operator, note, now),
             CommandBody::ExpireLeases { limit } => self.expire_leases(*limit, now),
             CommandBody::CollectGarbage { limit } => self.collect_garbage(*limit, now),
+            CommandBody::Amend { declaration } => self.amend(declaration, now),
         }
     }
 
@@ -271,11 +266,29 @@ impl Ledger {
         Ok(policy)
     }
 
+    /// Whether the `new` records fit `tenant`'s quotas (nothing new always fits).
+    pub(crate) fn check_quota(&self, tenant: &str, new: &[EffectRecord]) -> Result<(), Refusal> {
+        if new.is_empty() {
+            return Ok(());
+        }
+        let Some(config) = self.state.tenants.get(tenant) else {
+            return Err(Refusal::UnknownTenant(tenant.to_owned()));
+        };
+        let bytes = new.iter().map(record_bytes).sum();
+        self.usage
+            .check_quota(tenant, &config.settings, new.len() as u64, bytes)
+    }
+
     /// Inserts a new record; it must not exist.
     pub(crate) fn insert_record(&mut self, rec: EffectRecord) {
         check_record(&rec);
         let key = rec.key.clone();
+        assert!(
+            !self.state.tombstones.contains_key(&key),
+            "{key}: record over a tombstone"
+        );
         self.index.replace(&key, None, Some(&Entries::of(&rec)));
+        self.usage.add_record(&rec);
         let previous = self.state.effects.insert(key, rec);
         assert!(previous.is_none(), "insert_record over an existing record");
     }
@@ -294,6 +307,7 @@ impl Ledger {
             .get_mut(key)
             .expect("update of a record that was looked up");
         let before = Entries::of(rec);
+        let bytes_before = record_bytes(rec);
         let receipt_before = rec.receipt.clone();
         let result = change(rec, &mut self.state.next_fencing_token);
         check_record(rec);
@@ -307,80 +321,57 @@ impl Ledger {
         }
         let after = Entries::of(rec);
         self.index.replace(key, Some(&before), Some(&after));
+        let bytes_after = record_bytes(rec);
+        self.usage
+            .resize_record(&key.tenant, bytes_before, bytes_after);
         result
     }
 
-    /// Removes a record (garbage collection).
-    pub(crate) fn remove_record(&mut self, key: &EffectKey) {
-        if let Some(rec) = self.state.effects.remove(key) {
-            self.index.replace(key, Some(&Entries::of(&rec)), None);
+    /// Removes a record (garbage collection) and returns it.
+    pub(crate) fn remove_record(&mut self, key: &EffectKey) -> Option<EffectRecord> {
+        let rec = self.state.effects.remove(key)?;
+        self.index.replace(key, Some(&Entries::of(&rec)), None);
+        self.usage.remove_record(&rec);
+        Some(rec)
+    }
+
+    /// Keeps a tombstone; there must be no record and no tombstone of its key.
+    pub(crate) fn insert_tombstone(&mut self, tombstone: Tombstone) {
+        let key = tombstone.key.clone();
+        assert!(
+            !self.state.effects.contains_key(&key),
+            "{key}: tombstone next to a record"
+        );
+        self.index
+            .tombstone_expiry
+            .insert((tombstone.expires_at_ms, key.clone()));
+        self.usage.add_tombstone(&tombstone);
+        let previous = self.state.tombstones.insert(key, tombstone);
+        assert!(previous.is_none(), "insert_tombstone over a tombstone");
+    }
+
+    /// Forgets a tombstone (its window has passed).
+    pub(crate) fn remove_tombstone(&mut self, key: &EffectKey) {
+        if let Some(tombstone) = self.state.tombstones.remove(key) {
+            self.index
+                .tombstone_expiry
+                .remove(&(tombstone.expires_at_ms, key.clone()));
+            self.usage.remove_tombstone(&tombstone);
+        }
+    }
+
+    /// The refusal for a command on `key` when it has no record: expired when a tombstone
+    /// of the key is kept, unknown otherwise.
+    pub(crate) fn missing(&self, key: &EffectKey) -> Refusal {
+        match self.state.tombstones.get(key) {
+            Some(tombstone) => Refusal::Expired(Box::new(tombstone.expired())),
+            None => Refusal::UnknownEffect(key.clone()),
         }
     }
 
     /// The record of `key`.
     pub fn get(&self, key: &EffectKey) -> Option<&EffectRecord> {
         self.state.effects.get(key)
-    }
-
-    /// A page of records matching `query`, in key order.
-    pub fn list(&self, query: &ListQuery) -> Vec<&EffectRecord> {
-        let start = query.after.clone().map_or_else(
-            || Bound::Included(EffectKey::new(&query.tenant, "", "")),
-            Bound::Excluded,
-        );
-        let in_tenant = |k: &EffectKey| k.tenant == query.tenant;
-        let keep = |rec: &&EffectRecord| {
-            query.state.is_none_or(|s| rec.state == s)
-                && query
-                    .updated_at_or_before_ms
-                    .is_none_or(|t| rec.updated_at_ms <= t)
-                && query
-                    .workflow_id
-                    .as_ref()
-                    .is_none_or(|w| rec.workflow_id == *w)
-        };
-        let keys: Box<dyn Iterator<Item = &EffectKey>> = match (&query.workflow_id, query.state) {
-            (Some(workflow), _) => Box::new(
-                self.index
-                    .by_workflow
-                    .range((
-                        bound_map(&start, |k| {
-                            (query.tenant.clone(), workflow.clone(), k.clone())
-                        }),
-                        Bound::Unbounded,
-                    ))
-                    .take_while(move |(t, w, _)| *t == query.tenant && w == workflow)
-                    .map(|(_, _, k)| k),
-            ),
-            (None, Some(state)) => Box::new(
-                self.index
-                    .by_state
-                    .range((bound_map(&start, |k| (state, k.clone())), Bound::Unbounded))
-                    .take_while(move |(s, k)| *s == state && in_tenant(k))
-                    .map(|(_, k)| k),
-            ),
-            (None, None) => Box::new(
-                self.state
-                    .effects
-                    .range((start, Bound::Unbounded))
-                    .map(|(k, _)| k)
-                    .take_while(move |k| in_tenant(k)),
-            ),
-        };
-        keys.filter_map(|k| self.state.effects.get(k))
-            .filter(keep)
-            .take(query.limit)
-            .collect()
-    }
-
-    /// How many records are in each state.
-    pub fn counts(&self) -> BTreeMap<EffectState, usize> {
-        let mut counts: BTreeMap<EffectState, usize> =
-            EffectState::ALL.iter().map(|s| (*s, 0)).collect();
-        for (state, _) in &self.index.by_state {
-            *counts.entry(*state).or_default() += 1;
-        }
-        counts
     }
 
     /// Number of records.
@@ -403,18 +394,6 @@ impl Ledger {
         self.state.clock_ms
     }
 
-    /// The earliest time at which a lease runs out, if any attempt is open.
-    pub fn next_lease_expiry_ms(&self) -> Option<u64> {
-        self.index.leases.first().map(|(t, _)| *t)
-    }
-
-    /// The earliest time at which a record or command id may be collected.
-    pub fn next_collection_ms(&self) -> Option<u64> {
-        let records = self.index.retention.first().map(|(t, _)| *t);
-        let commands = self.index.command_expiry.first().map(|(t, _, _)| *t);
-        records.into_iter().chain(commands).min()
-    }
-
     /// A tenant's configuration.
     pub fn tenant(&self, tenant: &str) -> Option<&TenantConfig> {
         self.state.tenants.get(tenant)
@@ -423,14 +402,6 @@ impl Ledger {
     /// All tenants in order.
     pub fn tenants(&self) -> impl Iterator<Item = (&String, &TenantConfig)> {
         self.state.tenants.iter()
-    }
-}
-
-fn bound_map<T>(b: &Bound<EffectKey>, f: impl Fn(&EffectKey) -> T) -> Bound<T> {
-    match b {
-        Bound::Included(k) => Bound::Included(f(k)),
-        Bound::Excluded(k) => Bound::Excluded(f(k)),
-        Bound::Unbounded => Bound::Unbounded,
     }
 }
 

@@ -18,10 +18,15 @@
 //! - [`record`]: the effect record, attempts, observations, escalation; its invariants.
 //! - [`command`] and [`outcome`]: the replicated input and what it answers.
 //! - [`ledger`]: the state, `apply`, command-id deduplication, queries.
-//! - `claim`, `attempt`, `reconcile`, `sweep`: the transitions, one family per file.
+//! - `claim`, `attempt`, `reconcile`, `amend`, `sweep`: the transitions, one family per
+//!   file.
+//! - [`tombstone`]: what is kept of a collected record, and the answer for its key.
+//! - [`usage`]: per-tenant record and byte counters, judged against the tenant's quotas.
+//! - `query`: read-only queries (pages of records, tombstones, usage, what is due).
 //! - [`snapshot`]: deterministic, versioned encoding of the whole state.
 //! - [`limits`]: every size limit, documented.
 
+mod amend;
 mod attempt;
 mod claim;
 pub mod command;
@@ -32,20 +37,26 @@ pub mod ledger;
 pub mod limits;
 pub mod outcome;
 pub mod policy;
+mod query;
 mod reconcile;
 pub mod record;
 pub mod snapshot;
 mod sweep;
+pub mod tombstone;
+pub mod usage;
 
 pub use command::{Caller, Command, CommandBody, Declaration, Report};
 pub use intent::{canonicalize, CanonicalIntent, IntentHash};
 pub use key::EffectKey;
 pub use ledger::{Ledger, ListQuery, TenantConfig};
 pub use outcome::{
-    ClaimOutcome, Grant, IntentConflict, Outcome, ReconcileOutcome, Refusal, Unsettled,
+    ClaimOutcome, Grant, IntentConflict, Outcome, Quota, ReconcileOutcome, Refusal, Unsettled,
 };
 pub use policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
 pub use record::{
-    Attempt, AttemptKind, AttemptOutcome, Authority, Decision, EffectRecord, EffectState,
-    Escalation, EscalationReason, Observation, ObservationResult, OperatorDecision, Slot,
+    Amendment, Attempt, AttemptKind, AttemptOutcome, Authority, Decision, EffectRecord,
+    EffectState, Escalation, EscalationReason, Observation, ObservationResult, OperatorDecision,
+    Slot,
 };
+pub use tombstone::{ExpiredEffect, ReceiptDigest, Tombstone};
+pub use usage::TenantUsage;

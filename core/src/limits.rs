@@ -14,6 +14,10 @@ pub const NAMESPACE_BYTES_MAX: usize = 128;
 pub const KEY_BYTES_MAX: usize = 256;
 /// Most slots one declaration may create (one message to at most this many recipients).
 pub const SLOTS_MAX: u32 = 1024;
+/// Most bytes one declaration may store: its slots times its canonical intent (each slot
+/// keeps its own copy). So a declaration may have many slots or a large intent, not both:
+/// 1024 slots of a 64 KiB intent (64 MiB from one command) are refused.
+pub const DECLARATION_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// Longest command id, in bytes. Visible ASCII.
 pub const COMMAND_ID_BYTES_MAX: usize = 128;
 /// Longest free-text identifier (workflow id, holder, principal, target, tool names), in bytes.
@@ -28,11 +32,27 @@ pub const RECEIPT_BYTES_MAX: usize = 64 * 1024;
 pub const DETAIL_BYTES_MAX: usize = 4 * 1024;
 /// Most volatile fields one tool policy may exclude from the intent hash.
 pub const VOLATILE_FIELDS_MAX: usize = 64;
+/// Most target fields one tool policy may name (JSON pointers to the logical resource).
+pub const TARGET_FIELDS_MAX: usize = 8;
+/// Largest processing bound a tool policy may declare, in milliseconds (seven days).
+/// Anything longer is not a bound a reconciler could wait out.
+pub const PROCESSING_BOUND_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Largest search-visibility lag a tool policy may declare, in milliseconds (seven days).
+pub const VISIBILITY_LAG_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+/// Most not-found observations one record takes before its absence deadline without
+/// counting them against the observation budget (they prove nothing yet). Later ones
+/// count, so a reconciler that keeps looking too early cannot grow a record's history
+/// without bound.
+pub const EARLY_NOT_FOUND_MAX: usize = 32;
+/// Most amendments one effect record keeps (and so accepts): a repair that needs more is
+/// a new effect, not a repair.
+pub const AMENDMENTS_MAX: usize = 16;
 /// Upper bound on any budget in a tool policy (dispatch attempts, observations), which
 /// also bounds the attempt and observation history of one record.
 pub const BUDGET_MAX: u32 = 1000;
 /// Longest lease any policy may grant, in milliseconds (one day).
 pub const LEASE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// Most records or command entries one sweep command may touch, so that one Raft entry
-/// stays small however much is due.
+/// stays small however much is due. (A declaration's slots are collected together, so a
+/// collection may exceed its limit by up to [`SLOTS_MAX`] - 1 records.)
 pub const SWEEP_LIMIT_MAX: u32 = 10_000;

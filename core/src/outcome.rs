@@ -10,6 +10,7 @@ use crate::intent::{IntentError, IntentHash};
 use crate::key::{EffectKey, FieldError};
 use crate::policy::ToolName;
 use crate::record::{EffectState, EscalationReason, Observation};
+use crate::tombstone::ExpiredEffect;
 
 /// The right to act on an effect now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +87,9 @@ pub enum ClaimOutcome {
     /// The provider no longer deduplicates the key, so a re-send is not protected:
     /// reconcile, never re-dispatch blindly.
     HorizonPassed(Unsettled),
+    /// The effect's record was collected after its retention; its tombstone says what is
+    /// known. Never dispatch: reconcile with the provider if the caller must know more.
+    Expired(ExpiredEffect),
 }
 
 /// The answer to a request to reconcile.
@@ -117,6 +121,8 @@ pub enum ReconcileOutcome {
         /// The state.
         state: EffectState,
     },
+    /// The effect's record was collected; its tombstone says what is known.
+    Expired(ExpiredEffect),
 }
 
 /// Why a command was refused. A refusal changes no record.
@@ -196,6 +202,79 @@ pub enum Refusal {
     /// The command id was used before for a different command.
     #[error("command id {0:?} was already used for a different command")]
     CommandIdReused(String),
+    /// An amend was offered for an effect where something may have happened, or that a
+    /// person must decide on.
+    #[error(
+        "the effect is {state}{}: an amend needs not_started, or failed_before_effect with \
+         nothing unsettled",
+        and_escalated(.escalated)
+    )]
+    AmendNotAllowed {
+        /// The effect's state (an in-progress attempt past its lease counts as unknown).
+        state: EffectState,
+        /// Whether the effect is escalated.
+        escalated: bool,
+    },
+    /// The effect has been amended as often as a record keeps.
+    #[error("the effect was amended {max} times already, the most a record keeps")]
+    TooManyAmendments {
+        /// The most amendments a record keeps.
+        max: u32,
+    },
+    /// The effect's record was collected after its retention and only its tombstone is
+    /// left: a late command on it changes nothing and is never a new effect.
+    #[error("effect {} expired: collected at {} ms in state {}", .0.key, .0.collected_at_ms, .0.final_state)]
+    Expired(Box<ExpiredEffect>),
+    /// The tenant's quota would be exceeded by the records this command would create;
+    /// nothing was created and nothing stored was touched.
+    #[error("{what} quota exceeded: {used} used + {requested} requested > limit {limit}")]
+    QuotaExceeded {
+        /// Which quota.
+        what: Quota,
+        /// What the tenant uses now.
+        used: u64,
+        /// What the command would add.
+        requested: u64,
+        /// The tenant's limit.
+        limit: u64,
+    },
+    /// One declaration would store more than
+    /// [`DECLARATION_BYTES_MAX`](crate::limits::DECLARATION_BYTES_MAX): its slots times
+    /// its canonical intent.
+    #[error("{slots} slots x {intent_bytes} intent bytes is more than {bytes_max} bytes")]
+    DeclarationTooLarge {
+        /// Slots asked for.
+        slots: u32,
+        /// Bytes of the canonical intent.
+        intent_bytes: u64,
+        /// The most one declaration may store.
+        bytes_max: u64,
+    },
+}
+
+/// A per-tenant quota ([`TenantSettings`](crate::policy::TenantSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Quota {
+    /// Records not yet collected (`live_records_max`).
+    LiveRecords,
+    /// Approximate bytes of records and tombstones (`stored_bytes_max`).
+    StoredBytes,
+}
+
+impl Quota {
+    /// The name used in messages and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quota::LiveRecords => "live_records",
+            Quota::StoredBytes => "stored_bytes",
+        }
+    }
+}
+
+impl std::fmt::Display for Quota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What applying a command answers.
@@ -242,13 +321,33 @@ pub enum Outcome {
     Swept {
         /// Attempts whose lease ran out.
         expired: u32,
-        /// Records and command ids removed.
+        /// Records (each leaving a tombstone), expired tombstones and command ids
+        /// removed.
         collected: u32,
         /// Whether more were due than the limit allowed.
         more: bool,
     },
     /// The command was refused; nothing changed.
     Refused(Refusal),
+    // Appended after `Refused`: remembered outcomes in snapshots encode variants by
+    // position.
+    /// The effect's intent is the offered one now.
+    Amended {
+        /// The intent hash before the command (equal to `intent_hash` when unchanged).
+        previous_hash: IntentHash,
+        /// The intent hash the effect carries now.
+        intent_hash: IntentHash,
+        /// Whether this command changed the intent; false when it already had it.
+        changed: bool,
+    },
+}
+
+fn and_escalated(escalated: &bool) -> &'static str {
+    if *escalated {
+        " and escalated"
+    } else {
+        ""
+    }
 }
 
 impl From<Refusal> for Outcome {

@@ -12,7 +12,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::intent::validate_pointer;
 use crate::key::validate_name;
-use crate::limits::{BUDGET_MAX, LEASE_MS_MAX, VOLATILE_FIELDS_MAX};
+use crate::limits::{
+    BUDGET_MAX, LEASE_MS_MAX, PROCESSING_BOUND_MS_MAX, TARGET_FIELDS_MAX, VISIBILITY_LAG_MS_MAX,
+    VOLATILE_FIELDS_MAX,
+};
+
+/// How long callers may retry an effect when the operator says nothing (24 h, in ms).
+pub const RETRY_WINDOW_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
 
 /// How a tool's effects may be replayed (DESIGN.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -109,12 +115,28 @@ pub struct ToolPolicy {
     pub confirmation_required: bool,
     /// JSON pointers removed from the intent before hashing.
     pub volatile_fields: Vec<String>,
+    /// JSON pointers naming the logical target resource in the intent (`/order_id`,
+    /// `/recipient`), from which code derives an effect key when the caller gives none.
+    /// Empty when the tool names no target.
+    pub target_fields: Vec<String>,
+    /// The provider's declared processing bound, in ms: the longest time from a request
+    /// leaving the tool server to its effect being durable at the provider. `None` when
+    /// the provider declares none; then a look-up that finds nothing never proves the
+    /// effect absent (DESIGN.md section 7).
+    pub processing_ms_max: Option<u64>,
+    /// How long after an effect commits the provider's search or look-up shows it, in ms.
+    pub visibility_lag_ms: u64,
+    /// How long callers may retry an effect, in ms. Retention must cover it, or a late
+    /// retry would find no record and become a second effect.
+    pub retry_window_ms: u64,
 }
 
 impl ToolPolicy {
     /// A policy for `class` with conservative defaults: 30 s leases, a 24 h provider
-    /// horizon for keyed tools (none otherwise), 7 days of retention, 3 dispatch attempts
-    /// (1 for irreversible tools), 5 observations, and confirmation for irreversible tools.
+    /// horizon for keyed tools (none otherwise), 7 days of retention, a 24 h retry window,
+    /// 3 dispatch attempts (1 for irreversible tools), 5 observations, confirmation for
+    /// irreversible tools, no target fields, no visibility lag and no declared processing
+    /// bound (so a look-up never proves absence until the operator declares one).
     pub fn for_class(class: ReplayClass) -> Self {
         let irreversible = class == ReplayClass::Irreversible;
         ToolPolicy {
@@ -131,6 +153,10 @@ impl ToolPolicy {
             observations_max: 5,
             confirmation_required: irreversible,
             volatile_fields: Vec::new(),
+            target_fields: Vec::new(),
+            processing_ms_max: None,
+            visibility_lag_ms: 0,
+            retry_window_ms: RETRY_WINDOW_MS_DEFAULT,
         }
     }
 
@@ -162,22 +188,89 @@ impl ToolPolicy {
         for pointer in &self.volatile_fields {
             validate_pointer(pointer).map_err(|e| e.to_string())?;
         }
+        if self.target_fields.len() > TARGET_FIELDS_MAX {
+            return Err(format!(
+                "at most {TARGET_FIELDS_MAX} target fields, got {}",
+                self.target_fields.len()
+            ));
+        }
+        for pointer in &self.target_fields {
+            validate_pointer(pointer).map_err(|e| format!("target field: {e}"))?;
+        }
+        self.validate_times()
+    }
+
+    /// Checks the provider's timing and that retention covers both the provider horizon
+    /// and the retry window.
+    fn validate_times(&self) -> Result<(), String> {
+        if let Some(processing_ms) = self.processing_ms_max {
+            if processing_ms > PROCESSING_BOUND_MS_MAX {
+                return Err(format!(
+                    "processing_ms_max must be at most {PROCESSING_BOUND_MS_MAX}, got {processing_ms}"
+                ));
+            }
+        }
+        if self.visibility_lag_ms > VISIBILITY_LAG_MS_MAX {
+            return Err(format!(
+                "visibility_lag_ms must be at most {VISIBILITY_LAG_MS_MAX}, got {}",
+                self.visibility_lag_ms
+            ));
+        }
+        for (name, value) in [
+            ("provider_horizon_ms", self.provider_horizon_ms),
+            ("retry_window_ms", self.retry_window_ms),
+        ] {
+            if self.retention_ms < value {
+                return Err(format!(
+                    "retention_ms ({}) must be at least {name} ({value})",
+                    self.retention_ms
+                ));
+            }
+        }
         Ok(())
     }
 }
 
-/// Per-tenant settings.
+/// Per-tenant settings: how long the ledger remembers, and how much a tenant may keep.
+///
+/// Quotas are judged when a declare or claim would create records: one that would go
+/// beyond them is refused (`Refusal::QuotaExceeded`) and changes nothing. Writes to
+/// existing records (a committed report with its receipt) are never refused for quota,
+/// so usage can exceed a limit by at most the receipts of the tenant's open effects, and
+/// lowering a limit below current usage only stops new effects.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantSettings {
     /// How long the ledger remembers a command id and its outcome, so that a retry of a
     /// command whose answer was lost gets the same answer.
     pub command_retention_ms: u64,
+    /// How long a collected record's tombstone is kept, so that a late retry is told
+    /// "expired" instead of becoming a new effect. After it, the key is unknown again.
+    pub tombstone_retention_ms: u64,
+    /// Most records (of any state, not yet collected) the tenant may keep.
+    pub live_records_max: u64,
+    /// Most bytes the tenant's records and tombstones may take, approximately: key,
+    /// intent and receipt bytes plus a fixed overhead each (see `usage`).
+    pub stored_bytes_max: u64,
+}
+
+impl TenantSettings {
+    /// Default command-id memory: one day.
+    pub const COMMAND_RETENTION_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+    /// Default tombstone window: 30 days.
+    pub const TOMBSTONE_RETENTION_MS_DEFAULT: u64 = 30 * 24 * 60 * 60 * 1000;
+    /// Default record quota: one million.
+    pub const LIVE_RECORDS_MAX_DEFAULT: u64 = 1_000_000;
+    /// Default byte quota: 1 GiB.
+    pub const STORED_BYTES_MAX_DEFAULT: u64 = 1 << 30;
 }
 
 impl Default for TenantSettings {
     fn default() -> Self {
         TenantSettings {
-            command_retention_ms: 24 * 60 * 60 * 1000,
+            command_retention_ms: Self::COMMAND_RETENTION_MS_DEFAULT,
+            tombstone_retention_ms: Self::TOMBSTONE_RETENTION_MS_DEFAULT,
+            live_records_max: Self::LIVE_RECORDS_MAX_DEFAULT,
+            stored_bytes_max: Self::STORED_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -216,10 +309,68 @@ mod tests {
         };
         let bad_pointer = ToolPolicy {
             volatile_fields: vec!["nope".into()],
+            ..base.clone()
+        };
+        let bad_target = ToolPolicy {
+            target_fields: vec!["order_id".into()],
+            ..base.clone()
+        };
+        let many_targets = ToolPolicy {
+            target_fields: (0..=TARGET_FIELDS_MAX).map(|i| format!("/f{i}")).collect(),
+            ..base.clone()
+        };
+        let slow_provider = ToolPolicy {
+            processing_ms_max: Some(PROCESSING_BOUND_MS_MAX + 1),
+            ..base.clone()
+        };
+        let lagging_search = ToolPolicy {
+            visibility_lag_ms: VISIBILITY_LAG_MS_MAX + 1,
             ..base
         };
-        for p in [zero_lease, long_lease, no_budget, bad_pointer] {
+        for p in [
+            zero_lease,
+            long_lease,
+            no_budget,
+            bad_pointer,
+            bad_target,
+            many_targets,
+            slow_provider,
+            lagging_search,
+        ] {
             assert!(p.validate().is_err(), "{p:?}");
         }
+    }
+
+    #[test]
+    fn retention_shorter_than_the_horizon_or_retry_window_is_refused_naming_both() {
+        let base = ToolPolicy::for_class(ReplayClass::KeyedIdempotent);
+        let short_of_horizon = ToolPolicy {
+            retention_ms: base.provider_horizon_ms - 1,
+            retry_window_ms: 0,
+            ..base.clone()
+        };
+        let message = short_of_horizon.validate().unwrap_err();
+        assert!(message.contains("86399999") && message.contains("86400000"));
+        assert!(message.contains("provider_horizon_ms"), "{message}");
+        let short_of_retries = ToolPolicy {
+            provider_horizon_ms: 0,
+            retention_ms: 1_000,
+            retry_window_ms: 1_001,
+            ..base
+        };
+        let message = short_of_retries.validate().unwrap_err();
+        assert!(message.contains("1000") && message.contains("1001"));
+        assert!(message.contains("retry_window_ms"), "{message}");
+    }
+
+    #[test]
+    fn declared_provider_timing_and_targets_are_accepted() {
+        let p = ToolPolicy {
+            target_fields: vec!["/order_id".into()],
+            processing_ms_max: Some(PROCESSING_BOUND_MS_MAX),
+            visibility_lag_ms: VISIBILITY_LAG_MS_MAX,
+            ..ToolPolicy::for_class(ReplayClass::UnkeyedCreate)
+        };
+        assert_eq!(p.validate(), Ok(()));
     }
 }

@@ -4,11 +4,17 @@
 //! observer holds its own fenced attempt; every observation is recorded; ambiguity that
 //! outlives the policy's budget, or a passed horizon on an irreversible tool, escalates
 //! to a person, whose decision is recorded with the escalation it settles.
+//!
+//! "Not found" proves absence only once nothing can still land: the ledger, not the
+//! adapter, judges a not-committed observation against the record's
+//! [`absence_provable_at_ms`](EffectRecord::absence_provable_at_ms). An adapter only says
+//! what it saw.
 
 use crate::attempt::{check_live, check_receipt, commit, stale};
 use crate::claim::{close_if_expired, effective_state, escalate, grant, touch};
 use crate::key::{validate_detail, validate_name, EffectKey};
 use crate::ledger::Ledger;
+use crate::limits::EARLY_NOT_FOUND_MAX;
 use crate::outcome::{Outcome, ReconcileOutcome, Refusal};
 use crate::policy::ReplayClass;
 use crate::record::{
@@ -28,7 +34,10 @@ impl Ledger {
             return e.into();
         }
         let Some(rec) = self.get(key) else {
-            return Refusal::UnknownEffect(key.clone()).into();
+            return match self.missing(key) {
+                Refusal::Expired(expired) => ReconcileOutcome::Expired(*expired).into(),
+                refusal => refusal.into(),
+            };
         };
         if let Some(receipt) = &rec.receipt {
             return ReconcileOutcome::Replay {
@@ -68,6 +77,26 @@ impl Ledger {
         .into()
     }
 
+    /// Records what a reconciliation attempt observed and settles what it proves.
+    ///
+    /// - `Committed` is a fact: the effect commits (from any reconciliation attempt).
+    /// - `StillUnknown` counts against the observation budget.
+    /// - `NotCommitted` proves absence only when nothing can still land (DESIGN.md
+    ///   section 7): with `t` = [`EffectRecord::absence_provable_at_ms`],
+    ///   - `Some(t)` and `now >= t`: the effect moves to `failed_before_effect`;
+    ///   - `Some(t)` and `now < t`: an earlier dispatch may still land, so the look-up
+    ///     proves nothing yet. It is recorded (detail annotated with `t`), the attempt is
+    ///     closed as observed, the effect stays `unknown_after_dispatch`, and the
+    ///     observation is not counted against the budget: waiting until `t` and looking
+    ///     again is the way on, not escalation (beyond
+    ///     [`EARLY_NOT_FOUND_MAX`] such look-ups on one record, each counts, which keeps
+    ///     the record's history bounded);
+    ///   - `None` (no declared processing bound): no look-up can ever prove absence. It is
+    ///     recorded (annotated) and counted as an ambiguous observation, so such a tool
+    ///     ends in escalation when the budget is spent.
+    ///
+    /// An operator's `Decision::NotCommitted` is a person's judgement and is not held to
+    /// this rule.
     pub(crate) fn observe(
         &mut self,
         key: &EffectKey,
@@ -80,7 +109,7 @@ impl Ledger {
             return e.into();
         }
         let Some(rec) = self.get(key) else {
-            return Refusal::UnknownEffect(key.clone()).into();
+            return self.missing(key).into();
         };
         let checked = match result {
             // A committed observation is a fact, taken from any reconciliation attempt.
@@ -103,19 +132,42 @@ impl Ledger {
             };
         }
         self.update(key, |rec, _| {
+            let absence = match result {
+                ObservationResult::NotCommitted => Some(absence(rec, now)),
+                _ => None,
+            };
+            let detail = match absence {
+                Some(Absence::NotYet { provable_at_ms }) => format!(
+                    "{detail} [proves nothing before {provable_at_ms} ms: an earlier dispatch may still land]"
+                ),
+                Some(Absence::NotYetAgain { provable_at_ms }) => format!(
+                    "{detail} [proves nothing before {provable_at_ms} ms; counted: more than \
+                     {EARLY_NOT_FOUND_MAX} look-ups came too early]"
+                ),
+                Some(Absence::Unprovable) => format!(
+                    "{detail} [proves nothing: the provider declares no processing bound]"
+                ),
+                Some(Absence::Proven) | None => detail.to_owned(),
+            };
             rec.observations.push(Observation {
                 at_ms: now,
                 fencing_token: token,
                 result: result.clone(),
-                detail: detail.to_owned(),
+                detail,
             });
             if let Some(open) = rec.open_attempt_mut().filter(|a| a.fencing_token == token) {
                 open.outcome = Some(AttemptOutcome::Observed);
             }
-            match result {
-                ObservationResult::Committed { receipt } => commit(rec, token, receipt, now),
-                ObservationResult::NotCommitted => settle_not_committed(rec),
-                ObservationResult::StillUnknown => count_ambiguous(rec, now),
+            match (result, absence) {
+                (ObservationResult::Committed { receipt }, _) => commit(rec, token, receipt, now),
+                (ObservationResult::NotCommitted, Some(Absence::Proven)) => {
+                    settle_not_committed(rec)
+                }
+                // Recorded above; counts nothing: the reconciler comes back after the bound.
+                (ObservationResult::NotCommitted, Some(Absence::NotYet { .. })) => {}
+                (ObservationResult::NotCommitted, _) | (ObservationResult::StillUnknown, _) => {
+                    count_ambiguous(rec, now)
+                }
             }
             touch(rec, now);
             Outcome::Observed {
@@ -144,7 +196,7 @@ impl Ledger {
             }
         }
         let Some(rec) = self.get(key) else {
-            return Refusal::UnknownEffect(key.clone()).into();
+            return self.missing(key).into();
         };
         let Some(escalation) = rec.escalation.clone() else {
             return Refusal::NotEscalated.into();
@@ -178,6 +230,38 @@ impl Ledger {
 impl From<ReconcileOutcome> for Outcome {
     fn from(r: ReconcileOutcome) -> Self {
         Outcome::Reconcile(r)
+    }
+}
+
+/// What a look-up that found nothing proves at a given time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absence {
+    /// Nothing can still land: the effect is absent.
+    Proven,
+    /// An earlier dispatch may still land until `provable_at_ms`.
+    NotYet {
+        /// When a look-up can first prove absence (ledger time, ms).
+        provable_at_ms: u64,
+    },
+    /// As `NotYet`, but the record already took [`EARLY_NOT_FOUND_MAX`] such look-ups:
+    /// this one counts against the budget, so early polling cannot grow the record
+    /// without bound.
+    NotYetAgain {
+        /// When a look-up can first prove absence (ledger time, ms).
+        provable_at_ms: u64,
+    },
+    /// The provider declares no processing bound: a look-up never proves absence.
+    Unprovable,
+}
+
+fn absence(rec: &EffectRecord, now: u64) -> Absence {
+    match rec.absence_provable_at_ms() {
+        Some(t) if now >= t => Absence::Proven,
+        Some(provable_at_ms) if rec.early_not_found_observations() < EARLY_NOT_FOUND_MAX => {
+            Absence::NotYet { provable_at_ms }
+        }
+        Some(provable_at_ms) => Absence::NotYetAgain { provable_at_ms },
+        None => Absence::Unprovable,
     }
 }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::intent::IntentHash;
 use crate::key::EffectKey;
+use crate::limits::AMENDMENTS_MAX;
 use crate::policy::{ToolPolicy, ToolRef};
 
 /// Where an effect stands.
@@ -206,6 +207,17 @@ pub struct OperatorDecision {
     pub settled: Escalation,
 }
 
+/// One repair of an effect's intent, made while nothing could have happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Amendment {
+    /// When it was made (ledger time, ms).
+    pub at_ms: u64,
+    /// The intent hash the effect carried before.
+    pub previous_hash: IntentHash,
+    /// The intent hash it carries since.
+    pub intent_hash: IntentHash,
+}
+
 /// The write-ahead record of one effect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EffectRecord {
@@ -256,6 +268,9 @@ pub struct EffectRecord {
     pub escalation: Option<Escalation>,
     /// The latest operator decision.
     pub decision: Option<OperatorDecision>,
+    /// Every amendment of the intent, oldest first (at most
+    /// [`AMENDMENTS_MAX`](crate::limits::AMENDMENTS_MAX)).
+    pub amendments: Vec<Amendment>,
 }
 
 impl EffectRecord {
@@ -287,6 +302,50 @@ impl EffectRecord {
     /// Whether the provider still deduplicates the provider key at `now_ms`.
     pub fn within_horizon(&self, now_ms: u64) -> bool {
         self.horizon_deadline_ms.is_some_and(|d| now_ms < d)
+    }
+
+    /// The ledger time (ms) from which a look-up that finds nothing proves that no
+    /// dispatch of this effect took effect (DESIGN.md section 7), or `None` when the
+    /// policy declares no processing bound, so that no look-up can ever prove it.
+    ///
+    /// A dispatch may reach the provider until its lease ends (heartbeats move that end;
+    /// its holder's report brings it forward to the report's time, since a holder sends
+    /// nothing after reporting),
+    /// be processed up to `processing_ms_max` later, and show in look-ups up to
+    /// `visibility_lag_ms` after that: the time is the latest dispatch lease end plus both
+    /// (saturating). With no dispatch at all nothing can land, and it is 0.
+    pub fn absence_provable_at_ms(&self) -> Option<u64> {
+        self.absence_provable_before(u64::MAX)
+    }
+
+    /// How many not-found observations were made before the absence deadline of their
+    /// time, so that they proved nothing.
+    pub fn early_not_found_observations(&self) -> usize {
+        self.observations
+            .iter()
+            .filter(|o| o.result == ObservationResult::NotCommitted)
+            .filter(|o| {
+                self.absence_provable_before(o.fencing_token)
+                    .is_some_and(|t| o.at_ms < t)
+            })
+            .count()
+    }
+
+    /// [`Self::absence_provable_at_ms`] counting only dispatches granted before the
+    /// attempt holding `token`.
+    fn absence_provable_before(&self, token: u64) -> Option<u64> {
+        let processing_ms = self.policy.processing_ms_max?;
+        let lease_end_ms = self
+            .attempts
+            .iter()
+            .filter(|a| a.kind == AttemptKind::Dispatch && a.fencing_token < token)
+            .map(|a| a.lease_until_ms)
+            .max();
+        Some(lease_end_ms.map_or(0, |end_ms| {
+            end_ms
+                .saturating_add(processing_ms)
+                .saturating_add(self.policy.visibility_lag_ms)
+        }))
     }
 
     /// What must hold of every record at every moment. Returns the first violation.
@@ -352,6 +411,23 @@ impl EffectRecord {
         if self.retention_deadline_ms.is_some() != collectable {
             return Err(format!(
                 "{}: retention deadline set iff collectable",
+                self.key
+            ));
+        }
+        if self.amendments.len() > AMENDMENTS_MAX {
+            return Err(format!(
+                "{}: {} amendments, at most {AMENDMENTS_MAX}",
+                self.key,
+                self.amendments.len()
+            ));
+        }
+        if self
+            .amendments
+            .last()
+            .is_some_and(|a| a.intent_hash != self.intent_hash)
+        {
+            return Err(format!(
+                "{}: the last amendment is not the record's intent",
                 self.key
             ));
         }

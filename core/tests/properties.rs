@@ -3,12 +3,19 @@
 //! After every step: at most one open attempt per effect and every record invariant;
 //! committed never changes; a stale token never fails an effect, extends a lease or wins
 //! a grant; fencing tokens only grow; the same key with a different intent is always a
-//! conflict; `failed_before_effect` only when every ambiguous dispatch was settled;
-//! re-applying a command id returns the first outcome and changes nothing. Separately:
+//! conflict; `failed_before_effect` only when every ambiguous dispatch was settled by a
+//! decision or by a not-found observation made once nothing could still land; an amend
+//! changes an intent only where nothing can have happened, and keeps the old hash;
+//! re-applying a command id returns the first outcome and changes nothing; a collected
+//! record leaves a tombstone (a declaration's slots all at once), a tombstoned key is
+//! answered expired and gets no record, and the derived indexes and usage counters equal
+//! a rebuild from the snapshot. Separately:
 //! snapshot, restore and continue gives the same outcomes as continuing directly.
 //!
 //! `PROPTEST_CASES` overrides the number of cases (default 2000 per property).
 
+#[path = "properties/checks.rs"]
+mod checks;
 mod common;
 
 use std::collections::BTreeMap;
@@ -27,6 +34,8 @@ const INTENTS: [&str; 3] = [
 const TOOLS: [(&str, &str); 4] = [REFUND, TICKET, MESSAGE, DEPLOY];
 const KEYS: usize = 4;
 const HOLDERS: [&str; 2] = ["server-a", "server-b"];
+/// How long the run's tenant keeps tombstones: a few `Advance(RETENTION_MS)` steps.
+const TOMBSTONE_RETENTION_MS: u64 = 2 * RETENTION_MS;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -64,6 +73,11 @@ enum Op {
         key: usize,
         committed: bool,
     },
+    Amend {
+        key: usize,
+        slot: Option<u32>,
+        intent: usize,
+    },
     Expire,
     Collect,
     /// Re-apply the n-th earlier command (modulo the number so far).
@@ -86,7 +100,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (key.clone(), 0..8usize, 0..3u8).prop_map(|(key, token, kind)| Op::Report { key, token, kind }),
         3 => key.clone().prop_map(|key| Op::BeginReconcile { key }),
         4 => (key.clone(), 0..8usize, 0..3u8).prop_map(|(key, token, kind)| Op::Observe { key, token, kind }),
-        1 => (key, any::<bool>()).prop_map(|(key, committed)| Op::Decide { key, committed }),
+        1 => (key.clone(), any::<bool>()).prop_map(|(key, committed)| Op::Decide { key, committed }),
+        1 => (key, prop::option::weighted(0.1, 0..2u32), 0..3usize)
+            .prop_map(|(key, slot, intent)| Op::Amend { key, slot, intent }),
         2 => Just(Op::Expire),
         1 => Just(Op::Collect),
         2 => any::<usize>().prop_map(Op::Retry),
@@ -108,11 +124,27 @@ fn effect_key(key: usize, slot: Option<u32>) -> EffectKey {
 impl Run {
     fn new() -> Self {
         let mut h = Harness::new();
-        // Remember command ids for the whole run so every retry can be checked.
+        // Remember command ids for the whole run so every retry can be checked; keep
+        // tombstones for two retention periods, so runs see them both kept and expired.
         h.operator(CommandBody::PutTenant {
             tenant: TENANT.into(),
             settings: TenantSettings {
                 command_retention_ms: u64::MAX / 4,
+                tombstone_retention_ms: TOMBSTONE_RETENTION_MS,
+                ..TenantSettings::default()
+            },
+        });
+        // The ticket provider declares no processing bound: its look-ups never prove
+        // absence, so its unknown effects settle only by a fact or a person.
+        h.operator(CommandBody::PutToolPolicy {
+            tenant: TENANT.into(),
+            tool: ToolName {
+                provider: TICKET.0.into(),
+                name: TICKET.1.into(),
+            },
+            policy: ToolPolicy {
+                processing_ms_max: None,
+                ..policy(ReplayClass::UnkeyedCreate)
             },
         });
         Run {
@@ -251,6 +283,12 @@ impl Run {
                 };
                 (Caller::Operator, body)
             }
+            Op::Amend { key, slot, intent } => (
+                tenant,
+                CommandBody::Amend {
+                    declaration: self.declaration(key, slot, intent),
+                },
+            ),
             Op::Expire => (Caller::Operator, CommandBody::ExpireLeases { limit: 100 }),
             Op::Collect => (Caller::Operator, CommandBody::CollectGarbage { limit: 100 }),
         };
@@ -286,151 +324,6 @@ impl Run {
         self.sent.push((command, out.clone()));
         Ok(Some(out))
     }
-
-    fn check_step(
-        &mut self,
-        before: &Ledger,
-        command: &Command,
-        out: &Outcome,
-    ) -> Result<(), TestCaseError> {
-        let after = &self.h.ledger;
-        // Refusals change no record.
-        if matches!(out, Outcome::Refused(_)) {
-            for (key, rec) in records(before) {
-                prop_assert_eq!(Some(&rec), after.get(&key), "a refusal changed {}", key);
-            }
-            prop_assert_eq!(before.len(), after.len());
-        }
-        // Same key, different intent: always a conflict.
-        if let CommandBody::Claim { declaration: d, .. }
-        | CommandBody::Declare { declaration: d, .. } = &command.body
-        {
-            if let Some(stored) = before.get(&d.key) {
-                let offered = canonicalize(&d.intent_json, &stored.policy.volatile_fields).unwrap();
-                if offered.hash != stored.intent_hash {
-                    let conflict = matches!(
-                        out,
-                        Outcome::Claim(ClaimOutcome::Conflict(_))
-                            | Outcome::Refused(Refusal::Conflict(_))
-                    );
-                    prop_assert!(
-                        conflict,
-                        "different intent for {} answered {:?}",
-                        d.key,
-                        out
-                    );
-                }
-            }
-        }
-        // A stale token never fails an effect or extends a lease.
-        let token_of = |body: &CommandBody| match body {
-            CommandBody::Report {
-                key,
-                fencing_token,
-                report,
-            } if !matches!(report, Report::Committed { .. }) => Some((key.clone(), *fencing_token)),
-            CommandBody::Heartbeat {
-                key, fencing_token, ..
-            } => Some((key.clone(), *fencing_token)),
-            CommandBody::Observe {
-                key,
-                fencing_token,
-                result,
-                ..
-            } if !matches!(result, ObservationResult::Committed { .. }) => {
-                Some((key.clone(), *fencing_token))
-            }
-            _ => None,
-        };
-        if let Some((key, token)) = token_of(&command.body) {
-            let latest = before.get(&key).and_then(|r| r.latest_token());
-            if latest != Some(token) {
-                prop_assert!(
-                    matches!(out, Outcome::Refused(_)),
-                    "stale token {} for {} answered {:?}",
-                    token,
-                    key,
-                    out
-                );
-            }
-        }
-        // Grants carry a token newer than any issued before.
-        let granted = match out {
-            Outcome::Claim(ClaimOutcome::Proceed(g))
-            | Outcome::Reconcile(ReconcileOutcome::Observe(g)) => Some(g),
-            _ => None,
-        };
-        if let Some(g) = granted {
-            let newest = self.tokens.values().flatten().max().copied().unwrap_or(0);
-            prop_assert!(
-                g.fencing_token > newest,
-                "token {} not newer than {}",
-                g.fencing_token,
-                newest
-            );
-            let key = command.body.effect_key().unwrap().clone();
-            self.tokens.entry(key).or_default().push(g.fencing_token);
-        }
-        for (key, rec) in records(after) {
-            prop_assert_eq!(rec.check_invariants(), Ok(()));
-            // Committed never changes while the record exists.
-            if let Some(old) = before
-                .get(&key)
-                .filter(|r| r.state == EffectState::Committed)
-            {
-                prop_assert_eq!(rec.state, EffectState::Committed, "{} left committed", key);
-                prop_assert_eq!(&rec.receipt, &old.receipt, "{} changed its receipt", key);
-            }
-            if rec.state == EffectState::FailedBeforeEffect {
-                prop_assert!(
-                    every_ambiguous_dispatch_settled(&rec),
-                    "{} failed with an unsettled dispatch: {:?}",
-                    key,
-                    rec
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-fn records(ledger: &Ledger) -> Vec<(EffectKey, EffectRecord)> {
-    let query = ListQuery {
-        tenant: TENANT.into(),
-        state: None,
-        workflow_id: None,
-        updated_at_or_before_ms: None,
-        after: None,
-        limit: usize::MAX,
-    };
-    ledger
-        .list(&query)
-        .into_iter()
-        .map(|r| (r.key.clone(), r.clone()))
-        .collect()
-}
-
-/// An oracle independent of the record's `ambiguous` flag: every dispatch that ended
-/// unknown or expired is followed by a not-committed observation or decision.
-fn every_ambiguous_dispatch_settled(rec: &EffectRecord) -> bool {
-    rec.attempts
-        .iter()
-        .filter(|a| a.kind == AttemptKind::Dispatch)
-        .filter(|a| {
-            matches!(
-                a.outcome,
-                Some(AttemptOutcome::Unknown { .. } | AttemptOutcome::LeaseExpired)
-            )
-        })
-        .all(|a| {
-            let observed = rec.observations.iter().any(|o| {
-                o.fencing_token > a.fencing_token && o.result == ObservationResult::NotCommitted
-            });
-            let decided = rec.decision.as_ref().is_some_and(|d| {
-                d.decision == Decision::NotCommitted && d.at_ms >= a.granted_at_ms
-            });
-            observed || decided
-        })
 }
 
 #[allow(clippy::disallowed_methods)] // tests may read the environment; the core may not

@@ -251,6 +251,8 @@ fn reconciliation_proving_not_committed_allows_a_new_attempt_with_the_same_provi
     let d = ticket("t-1");
     let g1 = h.proceed(&d);
     h.unknown(&d, g1.fencing_token);
+    // Not found proves absence only once the dispatch can no longer land.
+    h.advance_until_absence_provable(&d);
     let r = h.reconcile_grant(&d);
     let out = h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
     assert_eq!(
@@ -392,8 +394,10 @@ fn stale_holder_cannot_fail_an_effect() {
     let d = ticket("t-1");
     let g1 = h.proceed(&d);
     h.unknown(&d, g1.fencing_token);
+    h.advance_until_absence_provable(&d);
     let r = h.reconcile_grant(&d);
     h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+    assert_eq!(h.state(&d), EffectState::FailedBeforeEffect);
     let g2 = h.proceed(&d);
     for stale in [g1.fencing_token, r.fencing_token] {
         let out = h.report(

@@ -85,9 +85,6 @@ pub struct ServerConfig {
     /// Longest exchange with a provider.
     #[serde(default = "default_provider_timeout_ms")]
     pub provider_timeout_ms: u64,
-    /// How long the message provider's search lags behind its sends.
-    #[serde(default)]
-    pub message_settle_ms: u64,
     /// `Host` values accepted (DNS-rebinding protection); loopback names when empty.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,

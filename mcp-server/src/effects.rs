@@ -6,12 +6,14 @@
 use rmcp::model::{CallToolResponse, ErrorData};
 use serde_json::{json, Value};
 
-use ledger_client::{EffectCall, EffectOutcome, EffectRunner, RunError};
-use ledger_core::{canonicalize, EffectKey, EffectState};
+use ledger_client::{ClientError, EffectCall, EffectOutcome, EffectRunner, RunError};
+use ledger_core::{canonicalize, EffectKey, EffectState, Refusal};
 
 use crate::confirm::Answer;
 use crate::providers::{Lookup, LookupKind};
-use crate::reply::{committed_body, failure, finish, refusal, success, Finished};
+use crate::reply::{
+    committed_body, conflict_body, expired_body, failure, finish, refusal, success, Finished,
+};
 use crate::server::{Call, Inner};
 use crate::tools::{DeployArgs, MessageArgs, ToolArgs};
 
@@ -19,6 +21,11 @@ use crate::tools::{DeployArgs, MessageArgs, ToolArgs};
 pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResponse, ErrorData> {
     let providers = &call.server.providers;
     let key = &call.declaration.key;
+    if call.amend {
+        if let Some(refused) = amend(call).await? {
+            return Ok(refused);
+        }
+    }
     let finished = match args {
         ToolArgs::Refund(a) => {
             let lookup = Lookup::new(providers, LookupKind::Refund);
@@ -39,6 +46,38 @@ pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResp
         ToolArgs::GetOrder(_) => return read_only(call.server, args).await,
     };
     Ok(answer(key, finished).into())
+}
+
+/// Replaces the stored arguments of the call's effect with the call's, as the runtime
+/// asked (`_meta` amend). The answer when the ledger refuses: a tool error saying why
+/// (the effect may already have happened); `None` when the effect now carries the call's
+/// arguments, or was never declared (the claim declares it).
+async fn amend(call: &Call<'_>) -> Result<Option<CallToolResponse>, ErrorData> {
+    let key = &call.declaration.key;
+    match runner(call).amend(&call.declaration).await {
+        Ok(_) | Err(ClientError::Refused(Refusal::UnknownEffect(_))) => Ok(None),
+        Err(ClientError::Refused(Refusal::AmendNotAllowed { state, escalated })) => Ok(Some(
+            failure(json!({
+                "effect": { "key": key.to_string(), "outcome": "amend_refused" },
+                "detail": format!(
+                    "the effect is {state}{}: it may already have happened, so its \
+                     arguments can no longer change",
+                    if escalated { " and escalated" } else { "" }
+                ),
+                "advice": "call again without amend to learn its outcome; for a further, \
+                           separate effect use a new _meta dev.effect-ledger/sequence",
+            }))
+            .into(),
+        )),
+        Err(ClientError::Refused(Refusal::Conflict(c))) => {
+            Ok(Some(failure(conflict_body(key, &c)).into()))
+        }
+        Err(ClientError::Refused(r)) => Err(refusal(key, &r)),
+        Err(e) => Err(ErrorData::internal_error(
+            format!("the ledger could not be reached: {e}; nothing was sent"),
+            None,
+        )),
+    }
 }
 
 fn runner<'a>(call: &'a Call<'_>) -> &'a EffectRunner {
@@ -101,13 +140,25 @@ async fn deploy(call: &Call<'_>, a: &DeployArgs) -> Result<CallToolResponse, Err
 /// only after the user confirmed through an `input_required` round trip.
 async fn send_message(call: &Call<'_>, a: &MessageArgs) -> Result<CallToolResponse, ErrorData> {
     let base = &call.declaration.key;
-    let keys = runner(call)
+    let declared = runner(call)
         .declare(&call.declaration, a.recipients.len() as u32)
-        .await
-        .map_err(|e| match &e {
-            ledger_client::ClientError::Refused(r) => refusal(base, r),
-            _ => ErrorData::internal_error(format!("the ledger could not be reached: {e}"), None),
-        })?;
+        .await;
+    let keys = match declared {
+        Ok(keys) => keys,
+        Err(ClientError::Refused(Refusal::Conflict(c))) => {
+            return Ok(failure(conflict_body(base, &c)).into())
+        }
+        Err(ClientError::Refused(Refusal::Expired(e))) => {
+            return Ok(failure(expired_body(base, &e)).into())
+        }
+        Err(ClientError::Refused(r)) => return Err(refusal(base, &r)),
+        Err(e) => {
+            return Err(ErrorData::internal_error(
+                format!("the ledger could not be reached: {e}; nothing was sent"),
+                None,
+            ))
+        }
+    };
     if let Some(done) = all_committed(call, &keys).await {
         return Ok(messages_answer(&keys, a, done).into());
     }

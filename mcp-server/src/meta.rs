@@ -3,14 +3,18 @@
 //! Since MCP 2026-07-28 every request carries its own `_meta` and no session ties two
 //! requests together, so the identity of an effect has to travel in each request. The
 //! agent runtime (code, not the model) sets either an explicit effect key, or the
-//! workflow and turn ids from which the server derives one with the tool and the
-//! canonical arguments:
+//! workflow and turn ids from which the server derives one with the tool and the target
+//! the operator's policy names in the arguments. The arguments themselves are bound to
+//! the effect, never part of its identity: a repaired call in the same turn is the same
+//! effect, and a conflict unless the runtime asks to amend it.
 //!
 //! | field | meaning |
 //! |---|---|
 //! | `dev.effect-ledger/effect-key` | the effect key, chosen by the runtime |
 //! | `dev.effect-ledger/workflow-id` | the workflow (conversation, job) |
 //! | `dev.effect-ledger/turn-id` | the step or turn within it |
+//! | `dev.effect-ledger/sequence` | optional: an intended further effect on the same target in the same turn (`"2"`, `"3"`, ...) |
+//! | `dev.effect-ledger/amend` | optional, `true`: replace the arguments of an effect that cannot have happened yet |
 //! | `dev.effect-ledger/tenant` | optional: the tenant the runtime believes it acts for |
 //!
 //! Any other field under the prefix is refused, so a misspelt key is an error rather than
@@ -32,6 +36,12 @@ pub const WORKFLOW_ID: &str = "dev.effect-ledger/workflow-id";
 pub const TURN_ID: &str = "dev.effect-ledger/turn-id";
 /// The tenant the caller believes it acts for.
 pub const TENANT: &str = "dev.effect-ledger/tenant";
+/// The sequence number of an intended further effect on the same target in one turn.
+pub const SEQUENCE: &str = "dev.effect-ledger/sequence";
+/// Whether to replace the arguments of an effect nothing can have happened to yet.
+pub const AMEND: &str = "dev.effect-ledger/amend";
+
+const KNOWN: [&str; 6] = [EFFECT_KEY, WORKFLOW_ID, TURN_ID, TENANT, SEQUENCE, AMEND];
 
 /// What is wrong with the `_meta` of a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,8 +66,14 @@ pub enum MetaError {
     #[error("_meta field {0} holds a control character")]
     ControlCharacter(&'static str),
     /// A field under the prefix that this server does not know.
-    #[error("unknown _meta field {0:?}; known: {EFFECT_KEY}, {WORKFLOW_ID}, {TURN_ID}, {TENANT}")]
+    #[error(
+        "unknown _meta field {0:?}; known: {EFFECT_KEY}, {WORKFLOW_ID}, {TURN_ID}, {SEQUENCE}, \
+         {AMEND}, {TENANT}"
+    )]
     Unknown(String),
+    /// The amend flag is not a boolean.
+    #[error("_meta field {AMEND} must be true or false")]
+    NotABool,
     /// Neither an explicit key nor workflow and turn ids.
     #[error(
         "a mutating call needs _meta {EFFECT_KEY}, or {WORKFLOW_ID} and {TURN_ID}: \
@@ -77,6 +93,10 @@ pub struct LedgerMeta {
     pub turn_id: Option<String>,
     /// The tenant the caller believes it acts for.
     pub tenant: Option<String>,
+    /// The sequence number of an intended further effect on the same target.
+    pub sequence: Option<String>,
+    /// Whether the caller asks to replace the arguments of a not-yet-dispatched effect.
+    pub amend: bool,
 }
 
 fn field(meta: &Map<String, Value>, name: &'static str) -> Result<Option<String>, MetaError> {
@@ -106,7 +126,7 @@ impl LedgerMeta {
         if let Some(unknown) = meta
             .keys()
             .filter(|k| k.starts_with(PREFIX))
-            .find(|k| ![EFFECT_KEY, WORKFLOW_ID, TURN_ID, TENANT].contains(&k.as_str()))
+            .find(|k| !KNOWN.contains(&k.as_str()))
         {
             return Err(MetaError::Unknown(unknown.clone()));
         }
@@ -115,16 +135,22 @@ impl LedgerMeta {
             workflow_id: field(meta, WORKFLOW_ID)?,
             turn_id: field(meta, TURN_ID)?,
             tenant: field(meta, TENANT)?,
+            sequence: field(meta, SEQUENCE)?,
+            amend: match meta.get(AMEND) {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(MetaError::NotABool),
+            },
         })
     }
 
-    /// Where the effect's key comes from: the explicit key when given, else workflow and
-    /// turn with the tool and its intent.
+    /// Where the effect's key comes from: the explicit key when given, else workflow,
+    /// turn and sequence with the tool and its normalized `target` (see
+    /// [`ledger_client::target_of`]).
     pub fn key_source<'a>(
         &'a self,
         tool: &'a ToolName,
-        intent_json: &'a str,
-        volatile_fields: &'a [String],
+        target: Option<&'a str>,
     ) -> Result<KeySource<'a>, MetaError> {
         if let Some(key) = &self.effect_key {
             return Ok(KeySource::Explicit(key));
@@ -134,8 +160,8 @@ impl LedgerMeta {
                 workflow_id,
                 step_id: turn_id,
                 tool,
-                intent_json,
-                volatile_fields,
+                target,
+                sequence: self.sequence.as_deref(),
             }),
             _ => Err(MetaError::NoIdentity),
         }
@@ -176,7 +202,7 @@ mod tests {
         .unwrap();
         let tool = tool();
         assert!(matches!(
-            m.key_source(&tool, "{}", &[]),
+            m.key_source(&tool, None),
             Ok(KeySource::Explicit("wf-1/turn-2/refund"))
         ));
         assert_eq!(m.workflow(), "wf-1");
@@ -187,7 +213,7 @@ mod tests {
         let m = LedgerMeta::from_meta(&meta(json!({ WORKFLOW_ID: "wf", TURN_ID: "t" }))).unwrap();
         let tool = tool();
         assert!(matches!(
-            m.key_source(&tool, "{}", &[]),
+            m.key_source(&tool, None),
             Ok(KeySource::Derived { step_id: "t", .. })
         ));
     }
@@ -224,10 +250,7 @@ mod tests {
         let tool = tool();
         for value in [json!({}), json!({ WORKFLOW_ID: "wf" })] {
             let m = LedgerMeta::from_meta(&meta(value)).unwrap();
-            assert_eq!(
-                m.key_source(&tool, "{}", &[]).err(),
-                Some(MetaError::NoIdentity)
-            );
+            assert_eq!(m.key_source(&tool, None).err(), Some(MetaError::NoIdentity));
         }
     }
 }

@@ -28,7 +28,6 @@ const DETAIL_CHARS_MAX: usize = 1_000;
 pub struct ProviderClient {
     addr: String,
     timeout_ms: u64,
-    message_settle_ms: u64,
 }
 
 fn shortened(body: &Value) -> String {
@@ -70,11 +69,10 @@ fn job_receipt(mut job: Value) -> Value {
 
 impl ProviderClient {
     /// The providers at `addr` (`host:port`).
-    pub fn new(addr: impl Into<String>, timeout_ms: u64, message_settle_ms: u64) -> Self {
+    pub fn new(addr: impl Into<String>, timeout_ms: u64) -> Self {
         ProviderClient {
             addr: addr.into(),
             timeout_ms,
-            message_settle_ms,
         }
     }
 
@@ -182,7 +180,8 @@ pub enum LookupKind {
     Refund,
     /// Tickets by external reference.
     Ticket,
-    /// Messages by client reference (search lags behind sends).
+    /// Messages by client reference (search lags behind sends: the policy's
+    /// `visibility_lag_ms`).
     Message,
     /// Deploy jobs by job reference.
     Deploy,
@@ -212,13 +211,6 @@ impl ProviderAdapter for Lookup {
             LookupKind::Deploy => (format!("/deploy/jobs?job_ref={k}"), "jobs", job_receipt),
         };
         Box::pin(async move { self.client.search(&path, field, receipt).await })
-    }
-
-    fn settle_delay_ms(&self) -> u64 {
-        match self.kind {
-            LookupKind::Message => self.client.message_settle_ms,
-            _ => 0,
-        }
     }
 }
 

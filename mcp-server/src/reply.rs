@@ -2,14 +2,18 @@
 //!
 //! A committed effect (this call's or an earlier one's) is a result with the provider's
 //! receipt. Everything else the agent should read is a tool error (`isError`) saying what
-//! is known and what a retry will do. Bad input is an MCP protocol error (invalid
-//! params): a key reused with other arguments, names the differing fields.
+//! is known and what a retry will do, including an effect identity reused with other
+//! arguments (a model's repair): that names the differing fields and the explicit ways
+//! on (SEP-1303), and is never a second dispatch. Malformed input is an MCP protocol error
+//! (invalid params).
 
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData};
 use serde_json::{json, Value};
 
 use ledger_client::{ClientError, DispatchResult, EffectOutcome, RunError};
-use ledger_core::{EffectKey, IntentConflict, Refusal};
+use ledger_core::{EffectKey, ExpiredEffect, IntentConflict, Refusal};
+
+use crate::meta::{AMEND, SEQUENCE};
 
 /// How an effect ended, for the tool's answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,8 +41,9 @@ pub fn finish(
             "advice": advice,
         })))
     };
-    const RETRY: &str = "call again with the same _meta and arguments: the ledger settles the \
-                         outcome with the provider before anything is sent again";
+    const RETRY: &str = "the effect may have happened; call again with the same _meta and \
+                         arguments: the ledger settles the outcome with the provider before \
+                         anything is sent again";
     match result {
         Ok(EffectOutcome::Done { receipt }) => Ok(committed(receipt, false)),
         Ok(EffectOutcome::Replayed { receipt }) => Ok(committed(receipt, true)),
@@ -68,7 +73,14 @@ pub fn finish(
             format!("{reason:?}"),
             "an operator must decide; do not call again",
         ),
-        Ok(EffectOutcome::Conflict(c)) => Err(conflict(key, &c)),
+        Ok(EffectOutcome::Conflict(c)) => Ok(Finished::NotCommitted(conflict_body(key, &c))),
+        Ok(EffectOutcome::Expired(e)) => Ok(Finished::NotCommitted(expired_body(key, &e))),
+        Err(RunError::Ledger(ClientError::Refused(Refusal::Expired(e)))) => {
+            Ok(Finished::NotCommitted(expired_body(key, &e)))
+        }
+        Err(RunError::Ledger(ClientError::Refused(Refusal::Conflict(c)))) => {
+            Ok(Finished::NotCommitted(conflict_body(key, &c)))
+        }
         Err(RunError::Ledger(ClientError::Refused(r))) => Err(refusal(key, &r)),
         Err(RunError::Ledger(e)) => not_done(
             "not_started",
@@ -93,32 +105,69 @@ fn committed(receipt: String, replayed: bool) -> Finished {
     }
 }
 
-/// The MCP error for a key used before with other arguments.
-pub fn conflict(key: &EffectKey, c: &IntentConflict) -> ErrorData {
-    ErrorData::invalid_params(
-        format!(
-            "effect key {key} was used before with different arguments; differing fields: {}",
-            c.differing_fields.join(", ")
+/// The tool error for an effect identity used before with other arguments: what differs
+/// and what the agent may do, for the model to read.
+pub fn conflict_body(key: &EffectKey, c: &IntentConflict) -> Value {
+    let fields = c.differing_fields.join(", ");
+    json!({
+        "effect": { "key": key.to_string(), "outcome": "conflict" },
+        "detail": format!(
+            "this effect was requested before with other arguments; differing fields: {fields}. \
+             Nothing was sent for this call."
         ),
-        Some(json!({
-            "effect_key": key.to_string(),
-            "differing_fields": c.differing_fields,
-            "stored_intent_hash": c.stored_hash.to_string(),
-            "offered_intent_hash": c.offered_hash.to_string(),
-        })),
-    )
+        "differing_fields": c.differing_fields,
+        "stored_intent_hash": c.stored_hash.to_string(),
+        "offered_intent_hash": c.offered_hash.to_string(),
+        "advice": format!(
+            "to repeat the original request, call again with its arguments; to correct it \
+             while it cannot have happened yet, call again with _meta {AMEND} = true; for a \
+             further, separate effect on the same target, call again with a new _meta \
+             {SEQUENCE}"
+        ),
+    })
+}
+
+/// The tool error for an effect whose record was collected after its retention.
+pub fn expired_body(key: &EffectKey, e: &ExpiredEffect) -> Value {
+    json!({
+        "effect": { "key": key.to_string(), "outcome": "expired" },
+        "detail": format!(
+            "this effect's record was collected after its retention; it ended {} and \
+             nothing was sent for this call",
+            e.final_state
+        ),
+        "final_state": e.final_state.as_str(),
+        "intent_hash": e.intent_hash.to_string(),
+        "receipt_sha256": e.receipt_digest.map(|d| ledger_core::intent::hex(&d.0)),
+        "collected_at_ms": e.collected_at_ms,
+        "advice": "reconcile with the provider directly, or start a new effect with a new key",
+    })
 }
 
 /// The MCP error for a ledger refusal.
 pub fn refusal(key: &EffectKey, r: &Refusal) -> ErrorData {
     match r {
-        Refusal::Conflict(c) => conflict(key, c),
+        Refusal::Conflict(c) => ErrorData::invalid_params(
+            format!(
+                "effect key {key} was used before with different arguments; differing fields: {}",
+                c.differing_fields.join(", ")
+            ),
+            Some(conflict_body(key, c)),
+        ),
         Refusal::InvalidField(_) | Refusal::InvalidIntent(_) | Refusal::ConfirmationRequired => {
             ErrorData::invalid_params(r.to_string(), None)
         }
         Refusal::UnknownTenant(_) | Refusal::WrongTenant { .. } | Refusal::NotPermitted { .. } => {
             ErrorData::invalid_params(format!("wrong tenant: {r}"), None)
         }
+        Refusal::DeclarationTooLarge { .. } => ErrorData::invalid_params(
+            format!("{r}; nothing was stored or sent: send fewer or smaller effects"),
+            None,
+        ),
+        Refusal::QuotaExceeded { .. } => ErrorData::internal_error(
+            format!("{r}; nothing was stored or sent: the tenant's ledger quota is full"),
+            None,
+        ),
         _ => ErrorData::internal_error(format!("the ledger refused: {r}"), None),
     }
 }

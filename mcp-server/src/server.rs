@@ -17,7 +17,9 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 
 use ledger_client::policy_file::describe;
-use ledger_client::{effect_key, EffectCall, EffectRunner, LedgerClient, PolicyFile, RunOptions};
+use ledger_client::{
+    effect_key, target_of, EffectCall, EffectRunner, LedgerClient, PolicyFile, RunOptions,
+};
 use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, ToolRef};
 
 use crate::config::ServerConfig;
@@ -86,6 +88,8 @@ pub(crate) struct Call<'a> {
     pub declaration: Declaration,
     pub request_state: Option<String>,
     pub input_responses: Option<InputResponses>,
+    /// The runtime asked to replace the arguments of an effect that cannot have happened.
+    pub amend: bool,
 }
 
 impl Call<'_> {
@@ -124,11 +128,8 @@ impl ToolServer {
                 })
             })
             .collect::<Result<_, StartError>>()?;
-        let providers = ProviderClient::new(
-            config.provider_addr.clone(),
-            config.provider_timeout_ms,
-            config.message_settle_ms,
-        );
+        let providers =
+            ProviderClient::new(config.provider_addr.clone(), config.provider_timeout_ms);
         let confirmations = Confirmations::new(&config.request_state_key)?;
         Ok(ToolServer {
             inner: Arc::new(Inner {
@@ -180,6 +181,7 @@ impl Inner {
             declaration,
             request_state: request.request_state,
             input_responses: request.input_responses,
+            amend: checked.meta.amend,
         };
         crate::effects::run(&call, &checked.args).await
     }
@@ -240,9 +242,11 @@ impl Inner {
             provider: c.spec.provider.into(),
             name: c.spec.name.into(),
         };
+        let target = target_of(&intent_json, &c.policy.target_fields)
+            .map_err(|e| invalid(format!("effect target: {e}")))?;
         let source = c
             .meta
-            .key_source(&tool, &intent_json, &c.policy.volatile_fields)
+            .key_source(&tool, target.as_deref())
             .map_err(|e| invalid(e.to_string()))?;
         let key = effect_key(&c.tenant.name, &self.config.namespace, source)
             .map_err(|e| invalid(format!("effect key: {e}")))?;

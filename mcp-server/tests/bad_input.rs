@@ -121,34 +121,56 @@ async fn bad_input_is_a_clear_mcp_error_and_changes_nothing() {
     assert!(world.records().await.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_reused_with_other_arguments_names_the_differing_fields() {
-    let world = World::start(30_000).await;
-    let session = world.agent("mcp-a").await;
-    let meta = json!({ KEY: "wf-7/turn-2/refund" });
+/// Calls a refund of `first` then of `repaired` cents with the same `_meta`, through two
+/// instances; returns the repaired call's tool error.
+async fn refund_then_repair(world: &World, meta: serde_json::Value) -> serde_json::Value {
     let first = body(&complete(
-        session
+        world
+            .agent("mcp-a")
+            .await
             .call_tool_once(agent::call("refund", refund_args(500), meta.clone()))
             .await,
     ));
     assert_eq!(first["effect"]["outcome"], "done");
-    // A "repaired" retry changes the amount: refused, and nothing is refunded again.
-    let error = mcp_error(
+    // A "repaired" retry changes the amount: a tool error the model can read, naming what
+    // differs and the explicit ways on; nothing is refunded again.
+    let repaired = complete(
         world
             .agent("mcp-b")
             .await
             .call_tool_once(agent::call("refund", refund_args(5_000), meta))
             .await,
     );
-    assert_eq!(error.code.0, -32602);
+    assert_eq!(repaired.is_error, Some(true), "{repaired:?}");
+    let answer = repaired
+        .structured_content
+        .clone()
+        .expect("structured content");
+    assert_eq!(answer["effect"]["outcome"], "conflict");
+    assert_eq!(answer["differing_fields"], json!(["amount_cents"]));
+    assert_ne!(answer["stored_intent_hash"], answer["offered_intent_hash"]);
+    let advice = answer["advice"].as_str().unwrap();
     assert!(
-        error.message.contains("differing fields: amount_cents"),
-        "{}",
-        error.message
+        advice.contains("dev.effect-ledger/amend") && advice.contains("dev.effect-ledger/sequence"),
+        "{advice}"
     );
-    let data = error.data.expect("structured data");
-    assert_eq!(data["differing_fields"], json!(["amount_cents"]));
-    assert_ne!(data["stored_intent_hash"], data["offered_intent_hash"]);
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_with_other_arguments_names_the_differing_fields() {
+    let world = World::start(30_000).await;
+    refund_then_repair(&world, json!({ KEY: "wf-7/turn-2/refund" })).await;
+    assert_eq!(world.counts().await["refunds"], 1);
+    assert_eq!(world.records().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_under_a_derived_key_is_a_conflict_not_a_second_refund() {
+    // Workflow and turn ids from the runtime; the key is derived from them, the tool and
+    // the order (the policy's target): the amount is bound to the effect, not part of it.
+    let world = World::start(30_000).await;
+    refund_then_repair(&world, agent::turn_meta("wf-repair", "turn-1")).await;
     assert_eq!(world.counts().await["refunds"], 1);
     assert_eq!(world.records().await.len(), 1);
 }
@@ -177,10 +199,11 @@ async fn a_declined_or_carried_over_confirmation_sends_nothing() {
         result.structured_content.unwrap()["effect"]["outcome"],
         "declined"
     );
-    // A confirmation given for one message does not open for another.
+    // A confirmation given for one message does not open for another (another turn's
+    // effect; in the same turn another message would be a conflict).
     let mut other = call(
         "send_message",
-        "turn-3",
+        "turn-4",
         json!({ "recipients": ["bo@example.com"], "text": "hi" }),
     );
     other.input_responses = Some(confirmed());

@@ -1,6 +1,11 @@
 //! The `Admin` gRPC service: forming and changing the cluster, this node's status, and the
 //! operator's tenant and tool configuration.
 //!
+//! Everything here takes the operator key except two calls: `GetTenant` (a tenant may
+//! read its own configuration) and `Leader`, the routing hint every client follows.
+//! `Status` shows the whole cluster's shape and load (records per state, ledger time, a
+//! digest of the entire ledger state, across tenants), so it is the operator's alone.
+//!
 //! Membership changes must run on the leader; any node accepts them and passes them on to
 //! the leader's admin service with the caller's credentials. Configuration is a replicated
 //! ledger command like any other, so it goes through the ordinary write path.
@@ -170,11 +175,24 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(self.membership(Some(response.log_id.index))))
     }
 
+    async fn leader(
+        &self,
+        request: Request<pb::LeaderRequest>,
+    ) -> Result<Response<pb::LeaderResponse>, Status> {
+        self.auth.caller(&request)?;
+        let leader_id = self.node.current_leader();
+        Ok(Response::new(pb::LeaderResponse {
+            node_id: self.node.id,
+            leader_id,
+            leader_addr: leader_id.and_then(|id| self.node.addr_of(id)),
+        }))
+    }
+
     async fn status(
         &self,
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        self.auth.caller(&request)?;
+        self.auth.operator_for(&request, "cluster status")?;
         let with_digest = request.get_ref().with_state_digest;
         let m = self.node.raft.metrics().borrow_watched().clone();
         let role = match m.state {

@@ -50,10 +50,20 @@ impl Authenticator {
 
     /// The caller, who must be the operator.
     pub fn operator<T>(&self, request: &tonic::Request<T>) -> Result<(), NodeError> {
+        self.operator_for(request, "the admin service")
+    }
+
+    /// The caller, who must be the operator to use `what`; a tenant key is refused
+    /// (`PERMISSION_DENIED`) with a message naming `what` and the key it needs.
+    pub fn operator_for<T>(
+        &self,
+        request: &tonic::Request<T>,
+        what: &str,
+    ) -> Result<(), NodeError> {
         match self.caller(request)? {
             Caller::Operator => Ok(()),
             Caller::Tenant(t) => Err(NodeError::PermissionDenied(format!(
-                "tenant {t} may not use the admin service"
+                "tenant {t} may not use {what}: it needs the operator key"
             ))),
         }
     }

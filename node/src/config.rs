@@ -173,6 +173,28 @@ pub struct NodeConfig {
     /// The leader's sweeper.
     #[serde(default)]
     pub sweeper: SweeperSettings,
+    /// How far (ms) the leader's wall clock may move ledger time beyond what its monotonic
+    /// clock says has passed (and how far it may hold ledger time back). A wall clock
+    /// outside this bound, stepped days ahead or back, is logged and ledger time follows
+    /// the monotonic clock instead, so it cannot expire leases or collect records early
+    /// (see `stamp_bound`). Ledger time may still run this much ahead of real time, so
+    /// keep it well below the margin clients keep before a lease ends (`EffectRunner`
+    /// dispatches only in the first two thirds of a lease: a third of the shortest lease).
+    #[serde(default = "default_clock_skew_ms_max")]
+    pub clock_skew_ms_max: u64,
+}
+
+/// Default of [`NodeConfig::clock_skew_ms_max`]: far above what NTP keeps servers to,
+/// far below a third of the default 30 s lease.
+pub const CLOCK_SKEW_MS_MAX_DEFAULT: u64 = 2_000;
+
+/// Largest accepted [`NodeConfig::clock_skew_ms_max`]: beyond it the bound would let a
+/// wrong wall clock expire any lease a tool may ask for (`ToolPolicy::lease_ms_max`
+/// defaults to 10 minutes).
+pub const CLOCK_SKEW_MS_MAX_LIMIT: u64 = 60_000;
+
+fn default_clock_skew_ms_max() -> u64 {
+    CLOCK_SKEW_MS_MAX_DEFAULT
 }
 
 impl NodeConfig {
@@ -294,6 +316,11 @@ impl NodeConfig {
         if p.max_batch_commands == 0 || p.max_in_flight_batches == 0 || p.queue_capacity == 0 {
             return invalid("proposer sizes must be positive".into());
         }
+        if self.clock_skew_ms_max > CLOCK_SKEW_MS_MAX_LIMIT {
+            return invalid(format!(
+                "clock_skew_ms_max must be at most {CLOCK_SKEW_MS_MAX_LIMIT}"
+            ));
+        }
         if self.sweeper.limit == 0 || self.sweeper.limit > ledger_core::limits::SWEEP_LIMIT_MAX {
             return invalid(format!(
                 "sweeper.limit must be in 1..={}",
@@ -326,6 +353,7 @@ mod tests {
         let c = NodeConfig::from_toml(MINIMAL, Path::new("x.toml")).unwrap();
         assert_eq!(c.storage, StorageKind::Rocksdb);
         assert_eq!(c.raft.heartbeat_interval_ms, 100);
+        assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
         assert_eq!(c.advertised(), "127.0.0.1:7001");
         assert_eq!(
             c.caller_for("tenant-acme-key-0001"),
@@ -343,6 +371,7 @@ mod tests {
             MINIMAL.replace("tenant = \"acme\"", "tenant = \"acme\"\noperator = true"),
             format!("{MINIMAL}\n[raft]\nelection_timeout_min_ms = 50"),
             format!("{MINIMAL}\nunknown_field = 3"),
+            MINIMAL.replace("node_id = 1", "node_id = 1\nclock_skew_ms_max = 3600000"),
         ] {
             assert!(
                 NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),

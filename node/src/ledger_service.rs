@@ -127,6 +127,13 @@ impl pb::ledger_server::Ledger for LedgerService {
         self.apply(request).await
     }
 
+    async fn amend(
+        &self,
+        request: Request<pb::AmendRequest>,
+    ) -> Result<Response<pb::AmendResponse>, Status> {
+        self.apply(request).await
+    }
+
     async fn get(
         &self,
         request: Request<pb::GetRequest>,
@@ -137,6 +144,7 @@ impl pb::ledger_server::Ledger for LedgerService {
         match self.node.read(ReadRequest::Get(key.clone())).await? {
             ReadResponse::Record(Some(record)) => Ok(Response::new(pb::GetResponse {
                 record: Some((*record).into()),
+                tombstone: None,
             })),
             ReadResponse::Record(None) => {
                 Err(refusal_to_status(&ledger_core::Refusal::UnknownEffect(key)))

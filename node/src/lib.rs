@@ -9,7 +9,10 @@
 //! Map of the modules:
 //! - [`config`]: the TOML configuration and flags.
 //! - [`node`]: [`LedgerNode`], routing writes and linearizable reads to the leader.
-//! - [`proposer`]: group commit and the leader's time stamp.
+//! - [`proposer`]: group commit; each entry carries the leader's time stamp.
+//! - [`clock`]: the wall and monotonic clocks, behind one seam; [`stamp_bound`]: the pure
+//!   rule that keeps ledger time from jumping with a wrong wall clock; [`ledger_time`]:
+//!   the two together, the only source of ledger time.
 //! - [`sweeper`]: the leader's lease-expiry and garbage-collection proposals.
 //! - [`network`] and [`raft_service`]: the Raft transport, client and server sides.
 //! - [`ledger_service`], [`admin_service`]: the public gRPC services.
@@ -18,13 +21,16 @@
 
 pub mod admin_service;
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod ledger_service;
+pub mod ledger_time;
 pub mod network;
 pub mod node;
 pub mod proposer;
 pub mod raft_service;
+pub mod stamp_bound;
 pub mod sweeper;
 pub mod wire;
 
@@ -37,6 +43,7 @@ use tonic::transport::Server;
 use ledger_proto::pb;
 use ledger_raft_store::{DiskRef, Raft};
 
+pub use clock::{Clock, ClockRef, SystemClock};
 pub use config::NodeConfig;
 pub use node::LedgerNode;
 
@@ -82,10 +89,22 @@ pub fn raft_config(config: &NodeConfig) -> Result<openraft::Config, RunError> {
     .map_err(|e| RunError::RaftConfig(e.to_string()))
 }
 
-/// Starts Raft on `disk` and returns the node, without serving gRPC yet.
+/// Starts Raft on `disk` and returns the node, without serving gRPC yet. The node reads
+/// the system's clocks.
 pub async fn start(config: &NodeConfig, disk: DiskRef) -> Result<LedgerNode, RunError> {
+    start_with_clock(config, disk, SystemClock::shared()).await
+}
+
+/// [`start`], with the node reading `clock` for its wall and monotonic time (the
+/// simulator gives each node a clock of its own).
+pub async fn start_with_clock(
+    config: &NodeConfig,
+    disk: DiskRef,
+    clock: ClockRef,
+) -> Result<LedgerNode, RunError> {
     let (log_store, state_machine) = ledger_raft_store::open(disk).await?;
     let reader = state_machine.reader();
+    let time = ledger_time::LedgerTime::new(clock, reader.clone(), config.clock_skew_ms_max);
     let channels = network::Channels::default();
     let network = network::Network::new(channels.clone(), &config.cluster_secret);
     let raft = Raft::new(
@@ -97,11 +116,12 @@ pub async fn start(config: &NodeConfig, disk: DiskRef) -> Result<LedgerNode, Run
     )
     .await
     .map_err(|e| RunError::Raft(e.to_string()))?;
-    let proposer = proposer::Proposer::start(raft.clone(), &config.proposer);
+    let proposer = proposer::Proposer::start(raft.clone(), time.clone(), &config.proposer);
     Ok(LedgerNode::new(
         config.node_id,
         raft,
         reader,
+        time,
         proposer,
         channels,
         &config.cluster_secret,

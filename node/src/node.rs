@@ -8,6 +8,10 @@
 //! before reading; followers forward reads to the leader. When leadership moves while a
 //! command is in flight the node retries it at the new leader with the same command id,
 //! which the state machine deduplicates.
+//!
+//! Before its first proposal after starting, a node asks its peers what they know of
+//! ledger time ([`LedgerNode::settle_time`]): a node that restarted knows the last stamp
+//! on its disk but not how long ago it was made, and a peer that kept running does.
 
 use std::time::Duration;
 
@@ -21,6 +25,7 @@ use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{LedgerReader, Raft};
 
 use crate::error::NodeError;
+use crate::ledger_time::LedgerTime;
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
 use crate::proposer::Proposer;
 use crate::wire::{self, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
@@ -31,6 +36,9 @@ const LEADER_WAIT_MS: u64 = 3_000;
 const ROUTE_ATTEMPTS: usize = 5;
 /// Longest wait for a forwarded call; the leader's own timeout is shorter.
 const FORWARD_TIMEOUT_MS: u64 = 10_000;
+/// Longest wait for the peers' answers about ledger time; a peer that does not answer in
+/// time is left out.
+const PEER_TIME_TIMEOUT_MS: u64 = 500;
 
 /// The parts of a node the services share.
 #[derive(Clone)]
@@ -41,9 +49,13 @@ pub struct LedgerNode {
     pub raft: Raft,
     /// Read access to the applied state.
     pub reader: LedgerReader,
+    /// Ledger time on this node: what stamps commands and judges what is due.
+    pub time: LedgerTime,
     proposer: Proposer,
     channels: Channels,
     secret: std::sync::Arc<str>,
+    /// Held while the peers are asked about ledger time, so that they are asked once.
+    asking_peers: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl LedgerNode {
@@ -52,6 +64,7 @@ impl LedgerNode {
         id: u64,
         raft: Raft,
         reader: LedgerReader,
+        time: LedgerTime,
         proposer: Proposer,
         channels: Channels,
         secret: &str,
@@ -60,9 +73,11 @@ impl LedgerNode {
             id,
             raft,
             reader,
+            time,
             proposer,
             channels,
             secret: secret.into(),
+            asking_peers: Default::default(),
         }
     }
 
@@ -72,6 +87,7 @@ impl LedgerNode {
         for _ in 0..ROUTE_ATTEMPTS {
             let leader = self.wait_for_leader().await?;
             let result = if leader == self.id {
+                self.settle_time().await;
                 self.proposer.propose(command.clone()).await
             } else {
                 self.forward(leader, ForwardRequest::Commands(vec![command.clone()]))
@@ -93,7 +109,45 @@ impl LedgerNode {
     /// Proposes `command` on this node only; fails with `NotLeader` on a follower. For the
     /// leader's own housekeeping (sweeps), which must never be forwarded.
     pub async fn propose_local(&self, command: Command) -> Result<Outcome, NodeError> {
+        self.settle_time().await;
         self.proposer.propose(command).await
+    }
+
+    /// Asks the peers what they know of ledger time, once after the node started, before
+    /// its first proposal; later calls return at once. A peer that does not answer within
+    /// [`PEER_TIME_TIMEOUT_MS`] is left out (with no answer at all, the node goes on from
+    /// the last stamp on its disk and ledger time lags: see `stamp_bound`).
+    pub async fn settle_time(&self) {
+        if !self.time.peers_unasked() {
+            return;
+        }
+        let _asking = self.asking_peers.lock().await;
+        if !self.time.peers_unasked() {
+            return;
+        }
+        let peers: Vec<u64> = {
+            let metrics = self.raft.metrics().borrow_watched().clone();
+            let membership = metrics.membership_config.membership();
+            membership
+                .nodes()
+                .map(|(id, _)| *id)
+                .filter(|id| *id != self.id)
+                .collect()
+        };
+        let asks = peers.iter().map(|peer| async move {
+            let ask = self.forward(*peer, ForwardRequest::LedgerTime);
+            let answer = tokio::time::timeout(Duration::from_millis(PEER_TIME_TIMEOUT_MS), ask);
+            (*peer, answer.await)
+        });
+        for (peer, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok(Ok(ForwardResponse::LedgerTime { ledger_ms, age_ms })) => {
+                    self.time.observe_peer(ledger_ms, age_ms);
+                }
+                other => tracing::debug!(peer, ?other, "no ledger time from peer"),
+            }
+        }
+        self.time.peers_asked();
     }
 
     /// Serves a read linearizably, at the leader.
@@ -122,11 +176,16 @@ impl LedgerNode {
 
     /// Serves a request forwarded by a follower. Never forwards again.
     pub async fn serve_forwarded(&self, request: ForwardRequest) -> ForwardResponse {
-        if !self.raft.is_leader() {
-            return ForwardResponse::NotLeader(self.current_leader());
-        }
         let result = match request {
+            ForwardRequest::LedgerTime => {
+                let (ledger_ms, age_ms) = self.time.known();
+                return ForwardResponse::LedgerTime { ledger_ms, age_ms };
+            }
+            _ if !self.raft.is_leader() => {
+                return ForwardResponse::NotLeader(self.current_leader());
+            }
             ForwardRequest::Commands(commands) => {
+                self.settle_time().await;
                 let proposals = commands.into_iter().map(|c| self.proposer.propose(c));
                 futures::future::join_all(proposals)
                     .await

@@ -4,11 +4,12 @@
 //! The proposer keeps at most `max_in_flight_batches` entries between proposal and
 //! commit. While they are in flight, arriving commands queue; when a slot frees, everything
 //! queued (up to the batch limits) becomes the next entry. Under load batches grow by
-//! themselves; when idle a command is proposed at once. The leader stamps its wall clock
-//! into each entry here, the only place ledger time comes from.
+//! themselves; when idle a command is proposed at once. The leader stamps ledger time
+//! into each entry here ([`LedgerTime::stamp_ms`]: its wall clock, bounded by the real
+//! time that has passed), the only place ledger time comes from.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -17,6 +18,7 @@ use ledger_raft_store::{LedgerRequest, Raft};
 
 use crate::config::ProposerSettings;
 use crate::error::NodeError;
+use crate::ledger_time::LedgerTime;
 
 struct Pending {
     command: Command,
@@ -31,10 +33,10 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    /// Starts the batching task for `raft`.
-    pub fn start(raft: Raft, settings: &ProposerSettings) -> Self {
+    /// Starts the batching task for `raft`, stamping entries with `time`.
+    pub fn start(raft: Raft, time: LedgerTime, settings: &ProposerSettings) -> Self {
         let (tx, rx) = mpsc::channel(settings.queue_capacity);
-        tokio::spawn(run(raft, rx, settings.clone()));
+        tokio::spawn(run(raft, time, rx, settings.clone()));
         Proposer {
             tx,
             timeout_ms: settings.request_timeout_ms,
@@ -62,14 +64,12 @@ impl Proposer {
     }
 }
 
-/// The leader's wall clock in milliseconds since the Unix epoch.
-pub fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, settings: ProposerSettings) {
+async fn run(
+    raft: Raft,
+    time: LedgerTime,
+    mut rx: mpsc::Receiver<Pending>,
+    settings: ProposerSettings,
+) {
     let slots = Arc::new(Semaphore::new(settings.max_in_flight_batches));
     while let Some(first) = rx.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -86,20 +86,20 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, settings: ProposerSett
                 Err(_) => break,
             }
         }
-        let raft = raft.clone();
+        let (raft, time) = (raft.clone(), time.clone());
         tokio::spawn(async move {
-            commit(&raft, batch).await;
+            commit(&raft, &time, batch).await;
             drop(slot);
         });
     }
 }
 
-async fn commit(raft: &Raft, batch: Vec<Pending>) {
+async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
     let (commands, replies): (Vec<Command>, Vec<_>) =
         batch.into_iter().map(|p| (p.command, p.reply)).unzip();
     let count = commands.len();
     let request = LedgerRequest {
-        stamped_at_ms: wall_clock_ms(),
+        stamped_at_ms: time.stamp_ms(),
         commands,
     };
     let result = match raft.client_write(request).await {
@@ -134,9 +134,9 @@ fn approx_bytes(command: &Command) -> usize {
     const FIXED: usize = 512;
     FIXED
         + match &command.body {
-            CommandBody::Claim { declaration, .. } | CommandBody::Declare { declaration, .. } => {
-                declaration.intent_json.len()
-            }
+            CommandBody::Claim { declaration, .. }
+            | CommandBody::Declare { declaration, .. }
+            | CommandBody::Amend { declaration } => declaration.intent_json.len(),
             CommandBody::Report { report, .. } => match report {
                 ledger_core::Report::Committed { receipt } => receipt.len(),
                 ledger_core::Report::FailedBeforeEffect { proof } => proof.len(),

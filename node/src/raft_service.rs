@@ -5,6 +5,8 @@ use std::io::Cursor;
 
 use futures::StreamExt;
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
+use openraft::raft::AppendEntriesRequest;
+use openraft::EntryPayload;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
@@ -74,7 +76,21 @@ impl pb::raft_server::Raft for RaftService {
         request: Request<pb::RaftMessage>,
     ) -> Result<Response<pb::RaftMessage>, Status> {
         self.check(&request)?;
-        let rpc = decode(request)?;
+        let rpc: AppendEntriesRequest<C> = decode(request)?;
+        // Learn the leader's stamps as they arrive, not once applied: a follower applies
+        // an entry only when it hears it is committed, which after a leader's crash is
+        // only once the next leader is elected, seconds later (see `stamp_bound`).
+        let stamped_ms = rpc
+            .entries
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                EntryPayload::Normal(request) => Some(request.stamped_at_ms),
+                _ => None,
+            })
+            .max();
+        if let Some(stamped_ms) = stamped_ms {
+            self.node.time.observe_received(stamped_ms);
+        }
         reply(&flatten(self.node.raft.append_entries(rpc).await))
     }
 

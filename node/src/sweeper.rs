@@ -2,25 +2,46 @@
 //! commands, so every replica expires and forgets the same records at the same ledger
 //! time. Followers never sweep; a new leader picks up where the old one stopped, because
 //! what is due is read from the replicated state, not remembered here.
+//!
+//! What is due is judged by ledger time ([`LedgerTime::now_ms`]), the same bounded time
+//! the proposer stamps, never by the raw wall clock: a leader whose wall clock runs days
+//! ahead proposes nothing early. On every node, leader or not, the sweeper also tells the
+//! bound the largest ledger time applied so far whenever Raft applies entries, so that a
+//! follower elected leader inherits it (see `stamp_bound`).
 
 use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
 
 use ledger_core::{Caller, Command, CommandBody, Outcome};
 
 use crate::config::SweeperSettings;
 use crate::node::LedgerNode;
-use crate::proposer::wall_clock_ms;
 
 /// Runs until the node shuts down.
 pub async fn run(node: LedgerNode, settings: SweeperSettings) {
     let mut tick = tokio::time::interval(Duration::from_millis(settings.interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut metrics = node.raft.metrics();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            biased;
+            _ = tick.tick() => {}
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return; // Raft has stopped.
+                }
+                // Entries may have been applied: learn their time now, not at the next
+                // tick, since the later a stamp is learned the more ledger time lags.
+                node.time.observe_applied();
+                continue;
+            }
+        }
+        node.time.observe_applied();
         if !node.raft.is_leader() {
             continue;
         }
-        let now_ms = wall_clock_ms();
+        let now_ms = node.time.now_ms();
         let (lease_due, collection_due) = node.reader.read(|l| {
             (
                 l.next_lease_expiry_ms().is_some_and(|t| t <= now_ms),

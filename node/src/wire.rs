@@ -88,13 +88,16 @@ pub enum ReadResponse {
     Tenant(Option<TenantConfig>),
 }
 
-/// What a follower asks of the leader.
+/// What a follower asks of the leader (and, for ledger time, what any node asks a peer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ForwardRequest {
     /// Propose these commands.
     Commands(Vec<Command>),
     /// Serve this read.
     Read(ReadRequest),
+    /// What the receiver knows of ledger time; any node answers, leader or not. Asked by
+    /// a node that restarted, before it stamps anything (see `stamp_bound`).
+    LedgerTime,
 }
 
 /// The leader's answer.
@@ -108,4 +111,12 @@ pub enum ForwardResponse {
     NotLeader(Option<u64>),
     /// The receiver could not serve it; retry.
     Unavailable(String),
+    /// The largest ledger time the receiver knows, and how long ago (ms, by its monotonic
+    /// clock) it learned it.
+    LedgerTime {
+        /// The ledger time.
+        ledger_ms: u64,
+        /// How long ago it was learned.
+        age_ms: u64,
+    },
 }

@@ -161,6 +161,7 @@ async fn bad_input_is_a_grpc_error_and_the_node_keeps_serving() {
     // A tenant using the admin service.
     let status = code(tenant.change_membership(vec![1], false).await);
     assert_eq!(status, Code::PermissionDenied);
+    tenant_key_is_refused_cluster_status(&cluster, &tenant).await;
 
     // Still serving, and what was stored is intact.
     let record = tenant
@@ -181,4 +182,35 @@ async fn bad_input_is_a_grpc_error_and_the_node_keeps_serving() {
         Ok(ClaimOutcome::Proceed(_)) => {}
         other => panic!("the node stopped serving: {other:?}"),
     }
+}
+
+/// Cluster status and its state digest need the operator key; a tenant key is refused
+/// with a typed, clear error. Finding the leader stays open to any key.
+async fn tenant_key_is_refused_cluster_status(cluster: &ProcessCluster, tenant: &LedgerClient) {
+    for (what, refused) in [
+        ("status", tenant.status_of(0).await),
+        ("status with digest", tenant.status_with_digest(0).await),
+    ] {
+        match refused {
+            Err(ClientError::Status { code, message }) => {
+                assert_eq!(code, Code::PermissionDenied, "{what}: {message}");
+                assert!(
+                    message.contains("operator key") && message.contains(TENANT),
+                    "{what}: unclear refusal {message:?}"
+                );
+            }
+            other => panic!("{what} with a tenant key answered {other:?}"),
+        }
+    }
+    let operator = cluster.client(OPERATOR_KEY);
+    let status = operator
+        .status_with_digest(0)
+        .await
+        .expect("operator status");
+    assert!(!status.state_digest.is_empty());
+    let (leader, _) = tenant
+        .find_leader()
+        .await
+        .expect("a tenant finds the leader");
+    assert_eq!(Some(leader), status.leader_id);
 }

@@ -8,12 +8,13 @@
 //!
 //! | code                  | refusals                                                      |
 //! |-----------------------|---------------------------------------------------------------|
-//! | `INVALID_ARGUMENT`    | `InvalidField`, `InvalidIntent`, `InvalidPolicy`, `ProofRequired` |
+//! | `INVALID_ARGUMENT`    | `InvalidField`, `InvalidIntent`, `InvalidPolicy`, `ProofRequired`, `DeclarationTooLarge` |
 //! | `NOT_FOUND`           | `UnknownEffect`, `UnknownTool`                                |
 //! | `PERMISSION_DENIED`   | `WrongTenant`, `NotPermitted`, `UnknownTenant`                |
-//! | `FAILED_PRECONDITION` | `StaleToken`, `LeaseExpired`, `WrongAttemptKind`, `AlreadyFinal`, `ConfirmationRequired`, `NotEscalated`, `ReadOnlyTool` |
+//! | `FAILED_PRECONDITION` | `StaleToken`, `LeaseExpired`, `WrongAttemptKind`, `AlreadyFinal`, `ConfirmationRequired`, `NotEscalated`, `ReadOnlyTool`, `AmendNotAllowed`, `TooManyAmendments`, `Expired` |
 //! | `ABORTED`             | `Conflict`                                                    |
 //! | `ALREADY_EXISTS`      | `CommandIdReused`                                             |
+//! | `RESOURCE_EXHAUSTED`  | `QuotaExceeded`                                               |
 
 use ledger_core::{Outcome, Refusal};
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -41,7 +42,12 @@ pub fn refusal_code(refusal: &Refusal) -> Code {
         | Refusal::AlreadyFinal { .. }
         | Refusal::ConfirmationRequired
         | Refusal::NotEscalated
-        | Refusal::ReadOnlyTool(_) => Code::FailedPrecondition,
+        | Refusal::ReadOnlyTool(_)
+        | Refusal::AmendNotAllowed { .. }
+        | Refusal::TooManyAmendments { .. }
+        | Refusal::Expired(_) => Code::FailedPrecondition,
+        Refusal::DeclarationTooLarge { .. } => Code::InvalidArgument,
+        Refusal::QuotaExceeded { .. } => Code::ResourceExhausted,
         Refusal::Conflict(_) => Code::Aborted,
         Refusal::CommandIdReused(_) => Code::AlreadyExists,
     }

@@ -6,12 +6,14 @@
 //!   and are unique across the ledger, and no attempt was granted while an earlier one
 //!   could still have been live (an expired lease ended before the next grant).
 //! - [`check_acks`]: every answer a client received is reflected in a replica's ledger
-//!   (the acknowledged transition was not lost).
+//!   (the acknowledged transition was not lost), or, once garbage collection removed the
+//!   record, in its tombstone (a "committed" answer in its final state and receipt digest).
 //! - [`check_grants`]: no fencing token was handed to two different attempts.
 //! - [`check_identical`]: converged replicas hold byte-identical ledger snapshots.
 //! - [`check_provider`]: the provider's ground truth agrees with the ledger: no effect
-//!   executed twice, every committed record carries the provider's receipt, and (once the
-//!   workload settled) everything the provider executed is committed in the ledger.
+//!   executed twice, every committed record (or committed tombstone) carries the
+//!   provider's receipt (or its digest), and (once the workload settled) everything the
+//!   provider executed is committed in the ledger.
 //!
 //! Properties over time (same state at the same log index on every replica, committed
 //! never reverts, a minority cannot commit) are checked from samples; see
@@ -20,7 +22,8 @@
 use std::collections::BTreeMap;
 
 use ledger_core::{
-    AttemptKind, AttemptOutcome, EffectKey, EffectRecord, EffectState, ObservationResult, Report,
+    AttemptKind, AttemptOutcome, EffectKey, EffectRecord, EffectState, ObservationResult,
+    ReceiptDigest, Report, Tombstone,
 };
 
 use crate::history::{Ack, Answer};
@@ -92,11 +95,17 @@ pub fn check_records(view: &ReplicaView) -> Violations {
     violations
 }
 
-/// Checks that every acknowledged answer is reflected in `view`.
+/// Checks that every acknowledged answer is reflected in `view`: in the record of its
+/// effect or, once the record was collected, in its tombstone.
 pub fn check_acks(acks: &[Ack], view: &ReplicaView) -> Violations {
     acks.iter()
         .filter_map(|ack| {
-            check_ack(ack, view.records.get(&ack.key)).err().map(|v| {
+            let record = view.records.get(&ack.key);
+            let checked = match (record, view.tombstones.get(&ack.key)) {
+                (None, Some(tombstone)) => check_ack_collected(ack, tombstone),
+                _ => check_ack(ack, record),
+            };
+            checked.err().map(|v| {
                 format!(
                     "node {} lost what {} was told at {:?} about {}: {v}",
                     view.node, ack.client, ack.at, ack.key
@@ -131,10 +140,16 @@ pub fn check_ack(ack: &Ack, record: Option<&EffectRecord>) -> Result<(), String>
                 Answer::Granted { .. } => AttemptKind::Dispatch,
                 _ => AttemptKind::Reconcile,
             };
+            // A holder's report of a failure or an unknown outcome ends its lease there
+            // and then (`close_open` in `core/src/attempt.rs`), never before the grant.
+            let closed_by_report = matches!(
+                a.outcome,
+                Some(AttemptOutcome::FailedBeforeEffect { .. } | AttemptOutcome::Unknown { .. })
+            ) && a.lease_until_ms >= a.granted_at_ms;
             let same = a.attempt_id == grant.attempt_id
                 && a.holder == *holder
                 && a.kind == kind
-                && a.lease_until_ms >= grant.lease_until_ms
+                && (a.lease_until_ms >= grant.lease_until_ms || closed_by_report)
                 && record.provider_key == grant.provider_key;
             if same {
                 Ok(())
@@ -246,6 +261,36 @@ pub fn check_ack(ack: &Ack, record: Option<&EffectRecord>) -> Result<(), String>
     }
 }
 
+/// Checks that one answer is reflected in the tombstone its effect's record left: an
+/// answer that the effect committed with a receipt needs a tombstone of a committed
+/// effect with that receipt's digest. Everything else an answer said is about the
+/// record's history, which went with it; the final state is all a tombstone keeps.
+pub fn check_ack_collected(ack: &Ack, tombstone: &Tombstone) -> Result<(), String> {
+    let receipt = match &ack.answer {
+        Answer::Replayed { receipt }
+        | Answer::Observed {
+            result: ObservationResult::Committed { receipt },
+            ..
+        } => receipt.as_str(),
+        Answer::Reported {
+            state: EffectState::Committed,
+            receipt,
+            ..
+        } => receipt.as_deref().unwrap_or_default(),
+        _ => return Ok(()),
+    };
+    let digest = ReceiptDigest::of(receipt);
+    if tombstone.final_state == EffectState::Committed && tombstone.receipt_digest == Some(digest) {
+        Ok(())
+    } else {
+        Err(format!(
+            "told committed with {receipt:?} ({digest}), the record was collected {} with \
+             receipt digest {:?}",
+            tombstone.final_state, tombstone.receipt_digest
+        ))
+    }
+}
+
 /// Checks the grants clients received across the whole history: a fencing token names
 /// one attempt of one effect, whoever was told it (a retried claim may be told the same
 /// grant twice, never a different one). Together with [`check_acks`] (each grant is in
@@ -295,7 +340,8 @@ pub fn check_identical(views: &[ReplicaView]) -> Violations {
 }
 
 /// Checks the ledger against the provider's ground truth. With `settled`, every effect
-/// the provider executed must be committed in the ledger (the workload reconciled it).
+/// the provider executed must be committed in the ledger (the workload reconciled it),
+/// or collected as committed (its tombstone).
 pub fn check_provider(
     provider: &BTreeMap<String, ProviderEffect>,
     view: &ReplicaView,
@@ -329,6 +375,7 @@ pub fn check_provider(
             ));
         }
     }
+    let collected = check_collected(provider, view, &mut violations);
     if settled {
         for provider_key in provider.keys() {
             match by_provider_key.get(provider_key.as_str()) {
@@ -337,13 +384,52 @@ pub fn check_provider(
                     "the provider executed {} but the ledger says {}",
                     r.key, r.state
                 )),
-                None => {
-                    violations.push(format!("the provider executed unknown key {provider_key}"))
-                }
+                None => match collected.get(provider_key) {
+                    Some(t) if t.final_state == EffectState::Committed => {}
+                    Some(t) => violations.push(format!(
+                        "the provider executed {} but it was collected {}",
+                        t.key, t.final_state
+                    )),
+                    None => {
+                        violations.push(format!("the provider executed unknown key {provider_key}"))
+                    }
+                },
             }
         }
     }
     violations
+}
+
+/// Checks every committed tombstone of the workload's namespace against the provider's
+/// receipt; returns the tombstones by provider key (derived from the effect key, as the
+/// record's was).
+fn check_collected<'a>(
+    provider: &BTreeMap<String, ProviderEffect>,
+    view: &'a ReplicaView,
+    violations: &mut Violations,
+) -> BTreeMap<String, &'a Tombstone> {
+    let collected: BTreeMap<String, &Tombstone> = view
+        .tombstones
+        .values()
+        .map(|t| (t.key.provider_key(), t))
+        .collect();
+    for (provider_key, tombstone) in &collected {
+        let ours = tombstone.key.namespace == crate::fixtures::NAMESPACE;
+        if !ours || tombstone.final_state != EffectState::Committed {
+            continue;
+        }
+        let truth = provider
+            .get(provider_key)
+            .map(|e| ReceiptDigest::of(&e.receipt));
+        if truth != tombstone.receipt_digest {
+            violations.push(format!(
+                "{} was collected committed with receipt digest {:?} but the provider's \
+                 receipt has {truth:?}",
+                tombstone.key, tombstone.receipt_digest
+            ));
+        }
+    }
+    collected
 }
 
 /// Checks that every effect in `effects` is committed in `view` (the workload settled).
@@ -406,9 +492,12 @@ impl Verdict {
 mod tests {
     use std::time::Duration;
 
-    use ledger_core::{Caller, Command, CommandBody, ObservationResult, Outcome, Report};
+    use ledger_core::{
+        Caller, Command, CommandBody, EffectState, ObservationResult, Outcome, ReceiptDigest,
+        Report, Tombstone,
+    };
 
-    use super::check_ack;
+    use super::{check_ack, check_ack_collected};
     use crate::fixtures::{declaration, effect_key, ToolKind, TENANT};
     use crate::history::{Ack, Answer};
     use crate::linearize::model::configured_ledger;
@@ -467,5 +556,74 @@ mod tests {
         assert!(check_ack(&wrong_receipt, record).is_err());
         let unrecorded_proof = observed(ObservationResult::NotCommitted);
         assert!(check_ack(&unrecorded_proof, record).is_err());
+    }
+
+    /// A holder's report of an unknown outcome ends its lease when it reports
+    /// (`core/src/attempt.rs`): the grant it was told is still the attempt on record.
+    #[test]
+    fn a_grant_whose_lease_its_holder_ended_by_reporting_is_on_record() {
+        let mut ledger = configured_ledger();
+        let tenant = |id: &str, body| Command {
+            command_id: id.into(),
+            caller: Caller::Tenant(TENANT.into()),
+            body,
+        };
+        let claim = CommandBody::Claim {
+            declaration: declaration("ack", ToolKind::Unkeyed),
+            holder: "h".into(),
+            lease_ms: None,
+            confirmation: None,
+        };
+        let Outcome::Claim(ledger_core::ClaimOutcome::Proceed(grant)) =
+            ledger.apply(&tenant("c", claim), 1_000)
+        else {
+            panic!("a first claim is granted");
+        };
+        let report = CommandBody::Report {
+            key: effect_key("ack"),
+            fencing_token: grant.fencing_token,
+            report: Report::Unknown {
+                reason: "timed out".into(),
+            },
+        };
+        ledger.apply(&tenant("r", report), 1_100);
+        let granted = Ack {
+            at: Duration::ZERO,
+            client: "h".into(),
+            key: effect_key("ack"),
+            answer: Answer::Granted {
+                holder: "h".into(),
+                grant,
+            },
+        };
+        assert_eq!(check_ack(&granted, ledger.get(&effect_key("ack"))), Ok(()));
+    }
+
+    #[test]
+    fn a_committed_answer_about_a_collected_record_needs_its_receipt_digest() {
+        let tombstone = Tombstone {
+            key: effect_key("gone"),
+            intent_hash: ledger_core::canonicalize("{}", &[]).expect("valid").hash,
+            final_state: EffectState::Committed,
+            receipt_digest: Some(ReceiptDigest::of("r")),
+            collected_at_ms: 1,
+            expires_at_ms: 2,
+        };
+        let replayed = |receipt: &str| Ack {
+            at: Duration::ZERO,
+            client: "late".into(),
+            key: effect_key("gone"),
+            answer: Answer::Replayed {
+                receipt: receipt.into(),
+            },
+        };
+        assert_eq!(check_ack_collected(&replayed("r"), &tombstone), Ok(()));
+        assert!(check_ack_collected(&replayed("other"), &tombstone).is_err());
+        let failed = Tombstone {
+            final_state: EffectState::FailedBeforeEffect,
+            receipt_digest: None,
+            ..tombstone
+        };
+        assert!(check_ack_collected(&replayed("r"), &failed).is_err());
     }
 }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use ledger_core::{Authority, Declaration, EffectKey, ReplayClass, ToolName, ToolPolicy, ToolRef};
 use ledger_node::config::{
     ApiKey, NodeConfig, ProposerSettings, RaftSettings, StorageKind, SweeperSettings,
+    CLOCK_SKEW_MS_MAX_DEFAULT,
 };
 
 /// The tenant every workload acts for.
@@ -66,6 +67,15 @@ pub struct ClusterSettings {
     pub proposer: ProposerSettings,
     /// The leader's sweeper.
     pub sweeper: SweeperSettings,
+    /// The nodes' `clock_skew_ms_max`: how far a wall clock may move ledger time beyond
+    /// the real time that passed.
+    pub clock_skew_ms_max: u64,
+    /// Each node's wall clock starts up to this far (ms) off the simulator's, either way,
+    /// drawn from the run's RNG; zero draws nothing.
+    pub clock_offset_ms_max: u64,
+    /// How far ledger time may run ahead of the simulator's clock in this run (ms): zero
+    /// while every node's clock is right; the checkers that compare the two allow it.
+    pub ledger_time_lead_ms_max: u64,
 }
 
 impl ClusterSettings {
@@ -82,6 +92,9 @@ impl ClusterSettings {
             },
             proposer: ProposerSettings::default(),
             sweeper: SweeperSettings::default(),
+            clock_skew_ms_max: CLOCK_SKEW_MS_MAX_DEFAULT,
+            clock_offset_ms_max: 0,
+            ledger_time_lead_ms_max: 0,
         }
     }
 
@@ -110,6 +123,7 @@ impl ClusterSettings {
             raft: self.raft.clone(),
             proposer: self.proposer.clone(),
             sweeper: self.sweeper.clone(),
+            clock_skew_ms_max: self.clock_skew_ms_max,
         }
     }
 }
@@ -153,6 +167,10 @@ impl ToolKind {
             lease_ms_max: LEASE_MS_MAX,
             dispatch_attempts_max: 20,
             observations_max: 20,
+            // The simulated provider applies a send the instant it arrives, and a workload
+            // client sends only while its lease has a margin left that exceeds any clock
+            // skew: nothing lands after the latest lease end.
+            processing_ms_max: Some(0),
             ..ToolPolicy::for_class(class)
         }
     }

@@ -9,9 +9,10 @@
 //! commands (fixed seeds and a random batch, determinism check, seed sweeps, benchmark).
 //!
 //! Map of the modules:
-//! - [`cluster`]: the harness: ledger nodes as simulated machines with disks that survive
-//!   them, client machines, faults (crash, power failure, isolation, partitions both ways
-//!   and one way) and membership change.
+//! - [`cluster`]: the harness: ledger nodes as simulated machines with disks and clocks of
+//!   their own that survive them, client machines, faults (crash, power failure,
+//!   isolation, partitions both ways and one way, a wall clock stepped or drifting) and
+//!   membership change.
 //! - [`fixtures`]: addresses, keys, the tenant, tools and node configuration.
 //! - [`workload`]: clients that claim, dispatch, report and reconcile like a tool server.
 //! - [`runner`]: tool-server instances built on the client library's `EffectRunner`.
@@ -23,7 +24,8 @@
 //! - [`history`]: every answer clients received (the acknowledged transitions), and the
 //!   operation log; [`linearize`]: the per-effect linearizability checker.
 //! - [`replica`]: one node's applied ledger read directly.
-//! - [`check`]: the oracle's checkers; [`sampler`]: properties over time.
+//! - [`check`]: the oracle's checkers; [`sampler`]: properties over time;
+//!   [`retention`]: what garbage collection did, index by index.
 //! - [`scenario`]: the common skeleton of a run and its final verification.
 //! - [`vopr`]: the randomized runs: one seed decides cluster, workload and faults.
 //! - [`bench`]: the effect-safety benchmark: fault points, strategies, metrics, report.
@@ -41,6 +43,7 @@ pub mod history;
 pub mod linearize;
 pub mod provider;
 pub mod replica;
+pub mod retention;
 pub mod runner;
 pub mod sampler;
 pub mod scenario;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use ledger_core::{EffectKey, EffectRecord, EffectState, Ledger, ListQuery};
+use ledger_core::{EffectKey, EffectRecord, EffectState, Ledger, ListQuery, Tombstone};
 use ledger_node::LedgerNode;
 
 /// A replica's applied state at one log index.
@@ -21,6 +21,9 @@ pub struct ReplicaView {
     pub snapshot: Vec<u8>,
     /// Every record of every tenant.
     pub records: BTreeMap<EffectKey, EffectRecord>,
+    /// Every tombstone of every tenant: what is kept of the records garbage collection
+    /// removed, until their window has passed.
+    pub tombstones: BTreeMap<EffectKey, Tombstone>,
     /// The ledger clock: the largest leader time stamp applied.
     pub clock_ms: u64,
 }
@@ -29,15 +32,20 @@ impl ReplicaView {
     /// Reads `node`'s applied state.
     pub fn read(node: &LedgerNode) -> ReplicaView {
         let applied_index = node.reader.last_applied_index().unwrap_or(0);
-        let (snapshot, records, clock_ms) = node
-            .reader
-            .read(|ledger| (ledger.to_snapshot(), all_records(ledger), ledger.clock_ms()));
+        node.reader
+            .read(|ledger| ReplicaView::of_ledger(node.id, applied_index, ledger))
+    }
+
+    /// The view of `ledger` as node `node` holds it at `applied_index` (checkers' tests
+    /// build views of a core ledger directly).
+    pub fn of_ledger(node: u64, applied_index: u64, ledger: &Ledger) -> ReplicaView {
         ReplicaView {
-            node: node.id,
+            node,
             applied_index,
-            snapshot,
-            records,
-            clock_ms,
+            snapshot: ledger.to_snapshot(),
+            records: all_records(ledger),
+            tombstones: all_tombstones(ledger),
+            clock_ms: ledger.clock_ms(),
         }
     }
 
@@ -77,5 +85,13 @@ fn all_records(ledger: &Ledger) -> BTreeMap<EffectKey, EffectRecord> {
             ledger.list(&query).into_iter().cloned().collect::<Vec<_>>()
         })
         .map(|r| (r.key.clone(), r))
+        .collect()
+}
+
+fn all_tombstones(ledger: &Ledger) -> BTreeMap<EffectKey, Tombstone> {
+    ledger
+        .tenants()
+        .flat_map(|(tenant, _)| ledger.tombstones(tenant))
+        .map(|t| (t.key.clone(), t.clone()))
         .collect()
 }

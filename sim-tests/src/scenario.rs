@@ -19,7 +19,7 @@ use crate::check::{
 use crate::cluster::Cluster;
 use crate::fixtures::{effect_key, ClusterSettings, ToolKind};
 use crate::history::{Ack, History};
-use crate::linearize::check_linearizable;
+use crate::linearize::{check_linearizable, ClockSlack, LAG_MS_MAX};
 use crate::provider::Provider;
 use crate::replica::ReplicaView;
 use crate::sampler::{Sampler, StateLog};
@@ -42,6 +42,7 @@ pub struct Run {
     /// Notable events.
     pub trace: Trace,
     sampler: Sampler,
+    clock_slack: ClockSlack,
 }
 
 /// What a run's final verification found, for scenario-specific assertions.
@@ -62,6 +63,10 @@ impl Run {
             "seed {}",
             madsim::runtime::Handle::current().seed()
         ));
+        let clock_slack = ClockSlack {
+            lag_ms: LAG_MS_MAX,
+            lead_ms: settings.ledger_time_lead_ms_max,
+        };
         let cluster = Cluster::start(settings, trace.clone());
         let sampler = Sampler::start(cluster.clone());
         cluster.form().await;
@@ -71,6 +76,7 @@ impl Run {
             provider: Provider::new(),
             trace,
             sampler,
+            clock_slack,
         }
     }
 
@@ -144,7 +150,8 @@ impl Run {
             settled,
         );
         judge_clients(&mut verdict, stats, effects, &views[0], settled);
-        let (violations, linearized) = check_linearizable(&self.history.ops().ops(), &views[0]);
+        let (violations, linearized) =
+            check_linearizable(&self.history.ops().ops(), &views[0], self.clock_slack);
         verdict.add("ledger operations are linearizable per effect", violations);
         let properties = verdict.assert_holds();
         let mut outcome = summarise(&views, &log, &self.history, &self.trace, stats, properties);

@@ -1,15 +1,19 @@
 //! The benchmark's claim, checked on fixed seeds: on the same episodes (every fault
-//! point, every provider), the ledger, with explicit or derived keys, never applies an
-//! effect beyond its declared multiplicity and never tells an agent "done" for an effect
-//! that did not happen, while blind retry does apply effects twice (so the faults bite).
-//! The full table comes from `effect-bench`; see `ledger_sim_tests::bench`. With
+//! point, every provider), the ledger, with explicit or derived keys, never applies a
+//! declared effect twice (a model repair in the same step is the same effect, answered
+//! with a conflict) and never suppresses one (an intended new effect, made with an
+//! explicit transition, is applied; no agent is told "done" for an effect that did not
+//! happen), while blind retry does apply effects twice, repairs included, and the
+//! provider-token-or-never baseline does suppress intended new effects (so the faults
+//! bite). The full table comes from `effect-bench`; see `ledger_sim_tests::bench`. With
 //! `MADSIM_TEST_CHECK_DETERMINISM` set, each run is made twice and every figure of every
 //! effect must come out the same.
 
 #![cfg(madsim)]
 
 use ledger_sim_tests::actors::{KeyMode, Strategy};
-use ledger_sim_tests::bench::metrics::{summarise, EffectResult};
+use ledger_sim_tests::bench::metrics::{summarise, EffectResult, Summary};
+use ledger_sim_tests::bench::plan::FaultPoint;
 use ledger_sim_tests::bench::run_seed;
 
 const SEEDS: [u64; 1] = [1];
@@ -40,8 +44,13 @@ fn replay(seed: u64, strategy: Strategy) -> String {
     )
 }
 
+/// The sums of `results` at fault point `point`.
+fn at(results: &[EffectResult], point: FaultPoint) -> Summary {
+    summarise(results.iter().filter(|r| r.point == point))
+}
+
 #[test]
-fn ledger_applies_no_effect_twice_and_fakes_no_success_where_blind_retry_duplicates() {
+fn ledger_applies_no_effect_twice_and_suppresses_none_where_baselines_do() {
     ledger_sim_tests::init_logging();
     for seed in SEEDS {
         for mode in [KeyMode::Explicit, KeyMode::Derived] {
@@ -52,17 +61,40 @@ fn ledger_applies_no_effect_twice_and_fakes_no_success_where_blind_retry_duplica
             assert_eq!(
                 (summary.extra_applications, summary.false_dedup),
                 (0, 0),
-                "the ledger applied effects twice or faked success; replay: {}",
+                "the ledger applied effects twice or suppressed one; replay: {}",
                 replay(seed, strategy)
             );
             assert!(summary.effects > 0);
+            let repair = at(&results, FaultPoint::ModelRepair);
+            assert!(repair.effects > 0, "no model repair was judged");
+            let unapplied: Vec<&str> = results
+                .iter()
+                .filter(|r| r.new_action && r.applied != 1)
+                .map(|r| r.effect_id.as_str())
+                .collect();
+            assert!(
+                unapplied.is_empty(),
+                "intended new effects not applied exactly once: {unapplied:?}; replay: {}",
+                replay(seed, strategy)
+            );
+            assert!(results.iter().any(|r| r.new_action));
         }
         let blind = run(seed, Strategy::BlindRetry);
-        let summary = summarise(&blind);
         assert!(
-            summary.extra_applications > 0,
+            summarise(&blind).extra_applications > 0,
             "blind retry applied nothing twice: the faults did not bite; replay: {}",
             replay(seed, Strategy::BlindRetry)
+        );
+        assert!(
+            at(&blind, FaultPoint::ModelRepair).extra_applications > 0,
+            "blind retry applied no repair beside its original; replay: {}",
+            replay(seed, Strategy::BlindRetry)
+        );
+        let baseline = run(seed, Strategy::TokenOrNever);
+        assert!(
+            at(&baseline, FaultPoint::IntendedNewEffect).false_dedup > 0,
+            "provider tokens suppressed no intended new effect; replay: {}",
+            replay(seed, Strategy::TokenOrNever)
         );
     }
 }

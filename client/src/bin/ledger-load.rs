@@ -1,7 +1,8 @@
 //! `ledger-load`: N concurrent clients, each claiming a new effect and reporting it
 //! committed, against a running cluster; prints throughput and latency percentiles, beside
-//! a reference row of the same clients calling the Admin status RPC (a round trip that
-//! touches neither Raft nor the disk), so the table shows what replication costs.
+//! a reference row of the same clients calling the Admin leader RPC (a round trip that
+//! touches neither Raft nor the disk, and that any API key may make), so the table shows
+//! what replication costs.
 //!
 //! ```text
 //! ledger-load --endpoints h:p,h:p,h:p --api-key KEY [--clients 16] [--seconds 10]
@@ -147,7 +148,7 @@ async fn run(o: Options) {
     row("  report (replicated)", &mut s.report, reports_per_s);
     let status_per_s = s.status.len() as f64 / status_seconds as f64;
     row(
-        "reference: status RPC (no Raft)",
+        "reference: leader RPC (no Raft)",
         &mut s.status,
         status_per_s,
     );
@@ -238,7 +239,7 @@ async fn effects(
 async fn statuses(client: LedgerClient, deadline: Instant, samples: Arc<Mutex<Samples>>) {
     while Instant::now() < deadline {
         let started = Instant::now();
-        let ok = client.status_of(0).await.is_ok();
+        let ok = client.transport().leader_of(0, 1_000).await.is_ok();
         let elapsed = started.elapsed().as_micros() as u64;
         let mut s = samples.lock().await;
         if ok {

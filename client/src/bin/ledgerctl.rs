@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! ledgerctl [--endpoints h:p,h:p] [--api-key KEY] <command> [args]
-//!   status                         each node's view of the cluster
+//!   status                         each node's view of the cluster (operator key)
 //!   leader                         the leader's id
-//!   wait-ready [--timeout-ms N]    wait until every endpoint answers
+//!   wait-ready [--timeout-ms N]    wait until every endpoint answers (operator key)
 //!   wait-leader [--timeout-ms N]   wait until a leader is known
 //!   init ID=HOST:PORT ...          form a new cluster
 //!   add-learner ID HOST:PORT       add a node as learner
 //!   change-membership ID ...       make these nodes the voters
 //!   put-tenant TENANT
 //!   put-tool TENANT PROVIDER/NAME CLASS [--horizon-ms N] [--retention-ms N] [--lease-ms N]
+//!            [--processing-ms N] [--visibility-lag-ms N] [--retry-window-ms N]
 //!   apply-policies FILE            store every tenant and tool policy of a policy file
 //!   claim KEY TOOL INTENT_JSON --command-id ID [--holder H] [--workflow W] [--endpoint I]
 //!   report KEY TOKEN (committed RECEIPT | failed PROOF | unknown REASON) --command-id ID
@@ -219,6 +220,9 @@ fn parse_tool(s: &str) -> Result<ToolRef, String> {
 async fn status(client: &LedgerClient) -> CliResult {
     for (i, endpoint) in client.transport().endpoints().iter().enumerate() {
         match client.status_of(i).await {
+            Err(e @ ClientError::Status { code, .. }) if refused_key(code) => {
+                return Err(format!("status needs the operator key (--api-key): {e}"));
+            }
             Ok(s) => println!(
                 "{endpoint} node={} role={} leader={:?} term={} last_log={:?} committed={:?} \
                  applied={:?} snapshot={:?} records={:?}",
@@ -238,10 +242,25 @@ async fn status(client: &LedgerClient) -> CliResult {
     Ok(())
 }
 
+/// Whether a node refused the API key itself, which no amount of waiting changes.
+fn refused_key(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+    )
+}
+
 async fn wait_ready(client: &LedgerClient, timeout_ms: u64) -> CliResult {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
     for i in 0..client.transport().endpoints().len() {
         while let Err(e) = client.status_of(i).await {
+            if let ClientError::Status { code, .. } = &e {
+                if refused_key(*code) {
+                    return Err(format!(
+                        "wait-ready needs the operator key (--api-key): {e}"
+                    ));
+                }
+            }
             if tokio::time::Instant::now() >= deadline {
                 return Err(format!(
                     "{} not ready: {e}",
@@ -289,6 +308,15 @@ async fn put_tool(client: &LedgerClient, args: &Args) -> CliResult {
     }
     if let Some(v) = args.number("lease-ms")? {
         policy.lease_ms = v;
+    }
+    if let Some(v) = args.number("processing-ms")? {
+        policy.processing_ms_max = Some(v);
+    }
+    if let Some(v) = args.number("visibility-lag-ms")? {
+        policy.visibility_lag_ms = v;
+    }
+    if let Some(v) = args.number("retry-window-ms")? {
+        policy.retry_window_ms = v;
     }
     let name = ToolName {
         provider: tool.provider,

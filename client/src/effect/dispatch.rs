@@ -21,11 +21,13 @@ pub(super) struct AttemptEnd {
     pub receipt: Option<String>,
 }
 
-/// Dispatches under `grant` and reports the result.
+/// Dispatches under `grant`, whose lease is certain from `live_since` (see
+/// [`grant_still_live`]), and reports the result.
 pub(super) async fn run_attempt<F, Fut>(
     runner: &EffectRunner,
     key: &EffectKey,
     grant: &Grant,
+    live_since: tokio::time::Instant,
     dispatch: &mut F,
 ) -> Result<AttemptEnd, RunError>
 where
@@ -47,7 +49,7 @@ where
             reason: "the dispatch was cancelled before it ended".into(),
         }),
     };
-    let result = with_heartbeats(runner, key, token, dispatch(attempt)).await;
+    let result = with_heartbeats(runner, key, grant, live_since, dispatch(attempt)).await;
     let report = as_report(&result);
     guard.pending = Some(report.clone());
     let id = ids::report(key, token, report_kind(&report));
@@ -111,48 +113,56 @@ fn report_kind(report: &Report) -> &'static str {
 /// ran out could duplicate an effect another attempt has since taken over. The heartbeat's
 /// own answer obeys the same rule (a retried heartbeat can bring back the stored answer of
 /// one applied long ago), so a slow confirmation is asked again, a few times at most.
+///
+/// Returns the instant the lease's certain part counts from (when the claim, or the
+/// heartbeat that confirmed it, was asked), or `None` when the grant must not be used.
 pub(super) async fn grant_still_live(
     runner: &EffectRunner,
     key: &EffectKey,
     grant: &Grant,
     asked_at: tokio::time::Instant,
-) -> bool {
-    let lease_ms = grant.lease_until_ms.saturating_sub(grant.granted_at_ms);
-    let safe = Duration::from_millis(lease_ms.saturating_sub(lease_ms / 3));
+) -> Option<tokio::time::Instant> {
+    let lease_ms = granted_lease_ms(grant);
+    let safe = certain_part(lease_ms);
     if asked_at.elapsed() < safe {
-        return true;
+        return Some(asked_at);
     }
     for round in 0..CONFIRMATIONS_MAX {
         let asked_at = tokio::time::Instant::now();
         let id = ids::confirm(key, grant.fencing_token, round);
-        let lease_ms = Some(runner.options().lease_ms);
         match runner
             .ledger
-            .heartbeat(&id, key.clone(), grant.fencing_token, lease_ms)
+            .heartbeat(&id, key.clone(), grant.fencing_token, Some(lease_ms))
             .await
         {
-            Ok(_) if asked_at.elapsed() < safe => return true,
+            Ok(_) if asked_at.elapsed() < safe => return Some(asked_at),
             Ok(_) => {
                 tracing::warn!(effect = %key, round, "late grant confirmed late; asking again")
             }
             Err(e) => {
                 tracing::warn!(effect = %key, error = %e, "late grant not confirmed; not sending");
-                return false;
+                return None;
             }
         }
     }
-    false
+    None
 }
 
 /// How many heartbeats may try to confirm a late grant.
 const CONFIRMATIONS_MAX: u32 = 3;
 
-/// Runs `dispatch` (bounded by the dispatch timeout, if any) while extending the lease
-/// every third of it.
+/// Runs `dispatch` (bounded by the dispatch timeout, if any) under the granted lease.
+///
+/// The lease is the one the ledger *granted* (after the policy clamped what was asked),
+/// and it fences the dispatch: heartbeats extend it every third of it, and once it can no
+/// longer be known to be live (the ledger refused a heartbeat, or no heartbeat was
+/// answered in time) the dispatch future is dropped, so nothing further is sent for this
+/// attempt, and the outcome is unknown: what was sent before may still land.
 async fn with_heartbeats(
     runner: &EffectRunner,
     key: &EffectKey,
-    token: u64,
+    grant: &Grant,
+    asked_at: tokio::time::Instant,
     dispatch: impl Future<Output = DispatchResult>,
 ) -> DispatchResult {
     let options = runner.options();
@@ -166,35 +176,99 @@ async fn with_heartbeats(
             None => dispatch.await,
         }
     };
-    let beats = heartbeats(runner.ledger(), key, token, options.lease_ms);
+    let lease = LeaseKeeper::new(granted_lease_ms(grant), asked_at);
+    let lost = lease.keep(runner.ledger(), key, grant.fencing_token);
     tokio::select! {
         biased;
         result = timed => result,
-        () = beats => DispatchResult::Unknown {
-            reason: "heartbeats stopped".into(),
+        reason = lost => DispatchResult::Unknown {
+            reason: format!(
+                "{reason}; the dispatch was stopped and nothing further was sent, but what \
+                 was sent may still take effect"
+            ),
         },
     }
 }
 
-/// Extends the lease until dropped; stops extending (and waits to be dropped) once the
-/// ledger says the lease is gone, since the dispatch cannot be called back.
-async fn heartbeats(ledger: &LedgerClient, key: &EffectKey, token: u64, lease_ms: u64) {
-    let every = Duration::from_millis((lease_ms / 3).max(1));
-    for seq in 1.. {
-        tokio::time::sleep(every).await;
-        let id = ids::heartbeat(key, token, seq);
-        match ledger
-            .heartbeat(&id, key.clone(), token, Some(lease_ms))
-            .await
-        {
-            Ok(_) => {}
-            Err(ClientError::Refused(refusal)) => {
-                tracing::warn!(effect = %key, %refusal, "lease lost while dispatching");
-                std::future::pending::<()>().await;
-            }
-            Err(e) => tracing::warn!(effect = %key, error = %e, "heartbeat failed"),
+/// The lease the ledger granted, in ms: what heartbeats ask for again.
+pub(super) fn granted_lease_ms(grant: &Grant) -> u64 {
+    grant
+        .lease_until_ms
+        .saturating_sub(grant.granted_at_ms)
+        .max(1)
+}
+
+/// Keeps a granted lease alive and knows, on this client's monotonic clock, until when it
+/// is certainly live.
+///
+/// A lease extended by a heartbeat asked at `t` runs at least until `t + lease` in ledger
+/// time, since the ledger stamps the heartbeat after it was asked. Ledger time may run
+/// somewhat faster than this clock (a leader's bounded clock skew), so only the first two
+/// thirds of that are counted as certain. Duties, in order: heartbeat every third of the
+/// lease; after a failed heartbeat, try again sooner; once the certain part has passed
+/// without an answered heartbeat, or the ledger refuses one, give up the lease.
+struct LeaseKeeper {
+    lease_ms: u64,
+    live_until: tokio::time::Instant,
+}
+
+impl LeaseKeeper {
+    fn new(lease_ms: u64, asked_at: tokio::time::Instant) -> Self {
+        LeaseKeeper {
+            lease_ms,
+            live_until: asked_at + certain_part(lease_ms),
         }
     }
+
+    /// Extends the lease until dropped; returns why the lease can no longer be relied on.
+    async fn keep(mut self, ledger: &LedgerClient, key: &EffectKey, token: u64) -> String {
+        let every = Duration::from_millis((self.lease_ms / 3).max(1));
+        let retry = Duration::from_millis((self.lease_ms / 12).max(1));
+        let mut next = tokio::time::Instant::now() + every;
+        for seq in 1.. {
+            // Biased, deadline first: a lease past its certain part is given up even when
+            // a heartbeat is due at the same moment (and the simulator stays deterministic).
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(self.live_until) => {
+                    return format!(
+                        "the lease of {} ms could not be kept: no heartbeat was answered in time",
+                        self.lease_ms
+                    );
+                }
+                () = tokio::time::sleep_until(next) => {}
+            }
+            let asked_at = tokio::time::Instant::now();
+            let id = ids::heartbeat(key, token, seq);
+            let beat = ledger.heartbeat(&id, key.clone(), token, Some(self.lease_ms));
+            let answer = tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(self.live_until) => continue,
+                answer = beat => answer,
+            };
+            match answer {
+                Ok(_) => {
+                    self.live_until = self.live_until.max(asked_at + certain_part(self.lease_ms));
+                    next = asked_at + every;
+                }
+                Err(ClientError::Refused(refusal)) => {
+                    tracing::warn!(effect = %key, %refusal, "lease lost while dispatching");
+                    return format!("the ledger took the lease back ({refusal})");
+                }
+                Err(e) => {
+                    tracing::warn!(effect = %key, error = %e, "heartbeat failed");
+                    next = tokio::time::Instant::now() + retry;
+                }
+            }
+        }
+        unreachable!("heartbeat sequence numbers do not run out")
+    }
+}
+
+/// The part of a lease of `lease_ms`, counted from when it was asked for, during which it
+/// is certainly live.
+fn certain_part(lease_ms: u64) -> Duration {
+    Duration::from_millis(lease_ms.saturating_sub(lease_ms / 3))
 }
 
 /// Sends the pending report if the attempt's future is dropped before its report was

@@ -74,6 +74,13 @@ pub(crate) fn declare(key: &EffectKey, slots: u32, hash: &IntentHash) -> String 
     )
 }
 
+/// The id of an amend to intent `hash` made by invocation `tag`: retries of one invocation
+/// are one command; another invocation is another (amending back and forth is allowed
+/// while nothing can have happened).
+pub(crate) fn amend(key: &EffectKey, hash: &IntentHash, tag: &str) -> String {
+    format!("amend/{}/{}/{tag}", key.provider_key(), &hex(&hash.0)[..32])
+}
+
 /// The id of the report of `kind` (`committed`, `failed`, `unknown`) by the attempt
 /// holding `token`. Kinds differ so that a late fact (committed) after a cancellation
 /// report (unknown) is its own command.

@@ -34,11 +34,12 @@ mod wait;
 use std::sync::Arc;
 
 use ledger_core::{
-    canonicalize, Declaration, EffectKey, EscalationReason, IntentConflict, Refusal, Unsettled,
+    canonicalize, Declaration, EffectKey, EscalationReason, ExpiredEffect, IntentConflict, Refusal,
+    Unsettled,
 };
 
 use crate::error::ClientError;
-use crate::ledger::LedgerClient;
+use crate::ledger::{AmendOutcome, LedgerClient};
 use crate::reconcile::{ProviderAdapter, ReconcileOptions};
 
 pub use wait::Settled;
@@ -132,6 +133,9 @@ pub enum EffectOutcome {
         /// Why.
         reason: EscalationReason,
     },
+    /// The effect's record was collected after its retention: nothing was sent, and what
+    /// the ledger kept (final state, intent hash, receipt digest) is all that is known.
+    Expired(ExpiredEffect),
 }
 
 /// Why running an effect failed.
@@ -250,6 +254,18 @@ impl EffectRunner {
         let id = ids::declare(&declaration.key, slots, &hash);
         let (keys, _) = self.ledger.declare(&id, declaration.clone(), slots).await?;
         Ok(keys)
+    }
+
+    /// Replaces the intent of `declaration`'s effect with its intent, while nothing can
+    /// have happened to it (`not_started`, or `failed_before_effect` with proof); the
+    /// ledger keeps the previous intent hash in the record. Otherwise the ledger refuses
+    /// with [`Refusal::AmendNotAllowed`], and the stored intent stands.
+    pub async fn amend(&self, declaration: &Declaration) -> Result<AmendOutcome, ClientError> {
+        let hash = canonicalize(&declaration.intent_json, &[])
+            .map(|c| c.hash)
+            .unwrap_or_default();
+        let id = ids::amend(&declaration.key, &hash, &self.next_invocation());
+        self.ledger.amend(&id, declaration.clone()).await
     }
 
     /// An effect run, to configure and then [`EffectRun::run`].

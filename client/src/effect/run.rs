@@ -26,7 +26,31 @@ impl EffectRun<'_> {
     /// receives the attempt (and its provider key) and says what the provider answered.
     /// `dispatch` is called at most once per granted attempt, and is called again only
     /// after observation proved that the previous dispatch took no effect.
+    ///
+    /// Once this call has dispatched, a failure to reach the ledger is no longer "nothing
+    /// happened": it is answered [`EffectOutcome::Unknown`], and a retry reconciles.
     pub async fn run<F, Fut>(self, mut dispatch: F) -> Result<EffectOutcome, RunError>
+    where
+        F: FnMut(AttemptInfo) -> Fut,
+        Fut: Future<Output = DispatchResult>,
+    {
+        let mut dispatched = false;
+        match self.claim_loop(&mut dispatch, &mut dispatched).await {
+            Err(RunError::Ledger(e)) if dispatched => Ok(EffectOutcome::Unknown {
+                reason: format!(
+                    "this call dispatched, and then the ledger could not be reached ({e}); \
+                     the effect may have happened"
+                ),
+            }),
+            other => other,
+        }
+    }
+
+    async fn claim_loop<F, Fut>(
+        &self,
+        dispatch: &mut F,
+        dispatched: &mut bool,
+    ) -> Result<EffectOutcome, RunError>
     where
         F: FnMut(AttemptInfo) -> Fut,
         Fut: Future<Output = DispatchResult>,
@@ -52,19 +76,21 @@ impl EffectRun<'_> {
                 )
                 .await?;
             let step = match claim {
-                ClaimOutcome::Proceed(grant)
-                    if !grant_still_live(runner, key, &grant, asked_at).await =>
-                {
-                    // Nothing was sent; the ledger's next answer says who holds it now.
-                    Step::Again(EffectOutcome::Unknown {
-                        reason: "the grant arrived after its lease could have run out; \
-                                 nothing was sent"
-                            .into(),
-                    })
-                }
                 ClaimOutcome::Proceed(grant) => {
-                    let end = run_attempt(runner, key, &grant, &mut dispatch).await?;
-                    self.after_dispatch(end).await?
+                    match grant_still_live(runner, key, &grant, asked_at).await {
+                        // Nothing was sent; the ledger's next answer says who holds it now.
+                        None => Step::Again(EffectOutcome::Unknown {
+                            reason: "the grant arrived after its lease could have run out; \
+                                     nothing was sent by this call"
+                                .into(),
+                        }),
+                        Some(live_since) => {
+                            *dispatched = true;
+                            let end =
+                                run_attempt(runner, key, &grant, live_since, dispatch).await?;
+                            self.after_dispatch(end).await?
+                        }
+                    }
                 }
                 ClaimOutcome::Replay { receipt } => {
                     Step::Answer(EffectOutcome::Replayed { receipt })
@@ -87,6 +113,8 @@ impl EffectRun<'_> {
                 ClaimOutcome::Escalated { reason } => {
                     Step::Answer(EffectOutcome::Escalated { reason })
                 }
+                // Collected after retention: nothing may be sent; say what is known.
+                ClaimOutcome::Expired(expired) => Step::Answer(EffectOutcome::Expired(expired)),
             };
             match step {
                 Step::Answer(outcome) => return Ok(outcome),
@@ -138,6 +166,7 @@ impl EffectRun<'_> {
                     Some(Reconciled::Escalated { reason }) => {
                         Ok(Step::Answer(EffectOutcome::Escalated { reason }))
                     }
+                    Some(Reconciled::Expired(e)) => Ok(Step::Answer(EffectOutcome::Expired(e))),
                     _ => Ok(Step::Answer(unknown)),
                 }
             }
@@ -159,6 +188,7 @@ impl EffectRun<'_> {
             Some(Reconciled::Escalated { reason }) => {
                 Step::Answer(EffectOutcome::Escalated { reason })
             }
+            Some(Reconciled::Expired(e)) => Step::Answer(EffectOutcome::Expired(e)),
             _ => Step::Answer(as_is),
         })
     }

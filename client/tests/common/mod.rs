@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use ledger_client::effect::EffectCall;
 use ledger_client::{
-    AttemptInfo, DispatchResult, EffectRunner, LedgerClient, PolicyFile, RetryPolicy, RunOptions,
+    AttemptInfo, DispatchResult, EffectOutcome, EffectRunner, LedgerClient, PolicyFile,
+    RetryPolicy, RunOptions,
 };
 use ledger_core::{Authority, Declaration, EffectKey, EffectRecord, EffectState, ToolRef};
 use ledger_node::NodeConfig;
@@ -22,8 +23,11 @@ pub const OPERATOR_KEY: &str = "client-test-operator-01";
 pub const TENANT_KEY: &str = "client-test-tenant-acme";
 pub const TENANT: &str = "acme";
 
-/// The policies every test runs under; `desk/observe_twice` escalates after two
-/// ambiguous observations.
+/// The policies every test runs under. `desk/create_ticket`'s provider makes a request
+/// durable before answering (a processing bound of zero), so "not found" proves absence
+/// once the dispatch's lease has ended; `desk/late_ticket`'s takes up to 1.5 s;
+/// `desk/observe_twice` declares no bound and escalates after two ambiguous observations;
+/// `pay/short_lease` clamps every lease to 300 ms.
 pub const POLICIES: &str = r#"
 [[tenant]]
 name = "acme"
@@ -35,8 +39,22 @@ class = "keyed_idempotent"
 
 [[tool]]
 tenant = "acme"
+tool = "pay/short_lease"
+class = "keyed_idempotent"
+lease_ms = 300
+lease_ms_max = 300
+
+[[tool]]
+tenant = "acme"
 tool = "desk/create_ticket"
 class = "unkeyed_create"
+processing_ms_max = 0
+
+[[tool]]
+tenant = "acme"
+tool = "desk/late_ticket"
+class = "unkeyed_create"
+processing_ms_max = 1500
 
 [[tool]]
 tenant = "acme"
@@ -238,4 +256,52 @@ pub async fn wait_for_state(ledger: &Ledger, c: &EffectCall, state: EffectState)
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{} never reached {state}", c.declaration.key);
+}
+
+/// Runs `c` through `runner` in the background with a dispatch that takes `dispatch_ms`
+/// and then executes at `provider`; `probe_after_ms` into it, another instance's run of
+/// the same effect must be answered in flight, held by `runner`'s instance. Returns the
+/// first run's outcome and the effect's record once it is committed.
+pub async fn slow_dispatch_stays_in_flight(
+    ledger: &Ledger,
+    runner: EffectRunner,
+    c: &EffectCall,
+    provider: &Provider,
+    dispatch_ms: u64,
+    probe_after_ms: u64,
+) -> (EffectOutcome, EffectRecord) {
+    let holder = runner.holder().to_owned();
+    let slow = {
+        let (c, provider) = (c.clone(), provider.clone());
+        tokio::spawn(async move {
+            runner
+                .effect(c)
+                .run(|attempt| {
+                    let provider = provider.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(dispatch_ms)).await;
+                        DispatchResult::Committed {
+                            receipt: provider.execute(&attempt.provider_key),
+                        }
+                    }
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(probe_after_ms)).await;
+    let meanwhile = ledger
+        .runner("server-probe", 300)
+        .effect(c.clone())
+        .run(must_not_dispatch)
+        .await
+        .unwrap();
+    assert!(
+        matches!(meanwhile, EffectOutcome::InFlight { holder: ref h, .. } if *h == holder),
+        "{meanwhile:?}"
+    );
+    let outcome = slow.await.unwrap().unwrap();
+    (
+        outcome,
+        wait_for_state(ledger, c, EffectState::Committed).await,
+    )
 }

@@ -5,6 +5,8 @@
 
 use ledger_core::*;
 
+pub mod retention;
+
 pub const TENANT: &str = "acme";
 pub const OTHER_TENANT: &str = "globex";
 
@@ -18,6 +20,10 @@ pub const ORDER: (&str, &str) = ("shop", "get_order");
 pub const LEASE_MS: u64 = 1_000;
 pub const HORIZON_MS: u64 = 60_000;
 pub const RETENTION_MS: u64 = 3_600_000;
+/// The providers' declared processing bound and search-visibility lag: a look-up proves
+/// absence `PROCESSING_MS + VISIBILITY_LAG_MS` after the latest dispatch lease ends.
+pub const PROCESSING_MS: u64 = 5_000;
+pub const VISIBILITY_LAG_MS: u64 = 2_000;
 
 pub struct Harness {
     pub ledger: Ledger,
@@ -42,6 +48,9 @@ pub fn policy(class: ReplayClass) -> ToolPolicy {
         observations_max: 3,
         confirmation_required: class == ReplayClass::Irreversible,
         volatile_fields: vec!["/request_id".into()],
+        processing_ms_max: Some(PROCESSING_MS),
+        visibility_lag_ms: VISIBILITY_LAG_MS,
+        retry_window_ms: RETENTION_MS,
         ..ToolPolicy::for_class(class)
     }
 }
@@ -58,6 +67,7 @@ impl Harness {
                 tenant: tenant.into(),
                 settings: TenantSettings {
                     command_retention_ms: RETENTION_MS,
+                    ..TenantSettings::default()
                 },
             });
             for (tool, class) in [
@@ -110,6 +120,16 @@ impl Harness {
 
     pub fn advance(&mut self, ms: u64) {
         self.now += ms;
+    }
+
+    /// Moves the clock to when a look-up that finds nothing proves `decl` absent (no
+    /// earlier dispatch can still land); panics if its policy declares no bound.
+    pub fn advance_until_absence_provable(&mut self, decl: &Declaration) {
+        let at_ms = self
+            .record(decl)
+            .absence_provable_at_ms()
+            .expect("the policy declares a processing bound");
+        self.now = self.now.max(at_ms);
     }
 
     pub fn claim_as(

@@ -12,12 +12,18 @@
 //! - deploys are jobs that move from queued to running to succeeded over time; a second
 //!   create is a second job.
 //!
+//! Any route's look-ups can be made to lag behind its writes
+//! ([`State::set_visibility_lag_ms`]): an effect is stamped with the time look-ups start
+//! to show it when it is committed.
+//!
 //! Time is an argument (`now_ms`), so the behaviour is testable without sleeping.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+use super::faults::Route;
 
 /// How the providers behave over time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,21 +119,34 @@ struct KeyEntry {
     first_seen_ms: u64,
 }
 
+/// An effect as its provider holds it.
 #[derive(Debug, Clone)]
-struct Job {
+struct Stored {
+    /// What the provider shows of it (a job's view has no status; it is computed).
     view: Value,
+    /// When it was committed.
     created_at_ms: u64,
+    /// From when look-ups and searches show it.
+    visible_at_ms: u64,
+}
+
+impl Stored {
+    fn visible(&self, now_ms: u64) -> bool {
+        now_ms >= self.visible_at_ms
+    }
 }
 
 /// Everything the four providers hold.
 #[derive(Debug, Default)]
 pub struct State {
     settings: Settings,
-    refunds: Vec<Value>,
+    /// Extra visibility lag per route, on top of the provider's own.
+    extra_lag_ms: BTreeMap<Route, u64>,
+    refunds: Vec<Stored>,
     refund_keys: BTreeMap<String, KeyEntry>,
-    tickets: Vec<Value>,
-    messages: Vec<(u64, Value)>,
-    jobs: Vec<Job>,
+    tickets: Vec<Stored>,
+    messages: Vec<Stored>,
+    jobs: Vec<Stored>,
 }
 
 impl State {
@@ -136,6 +155,30 @@ impl State {
         State {
             settings,
             ..State::default()
+        }
+    }
+
+    /// Makes effects of `route` committed from now on show up in its look-ups and
+    /// searches `lag_ms` after their commit, on top of the provider's own lag.
+    pub fn set_visibility_lag_ms(&mut self, route: Route, lag_ms: u64) {
+        self.extra_lag_ms.insert(route, lag_ms);
+    }
+
+    /// How long after its commit an effect of `route` committed now becomes visible.
+    pub fn visibility_lag_ms(&self, route: Route) -> u64 {
+        let own = match route {
+            Route::Message => self.settings.message_visibility_lag_ms,
+            _ => 0,
+        };
+        let extra = self.extra_lag_ms.get(&route).copied().unwrap_or_default();
+        own.saturating_add(extra)
+    }
+
+    fn stored(&self, route: Route, view: Value, now_ms: u64) -> Stored {
+        Stored {
+            view,
+            created_at_ms: now_ms,
+            visible_at_ms: now_ms.saturating_add(self.visibility_lag_ms(route)),
         }
     }
 
@@ -162,7 +205,7 @@ impl State {
                     "this Idempotency-Key was used with different parameters",
                 ));
             }
-            return Ok((self.refunds[entry.refund].clone(), true));
+            return Ok((self.refunds[entry.refund].view.clone(), true));
         }
         let refund = json!({
             "refund_id": format!("re_{}", self.refunds.len() + 1),
@@ -172,7 +215,8 @@ impl State {
             "idempotency_key": key,
             "created_at_ms": now_ms,
         });
-        self.refunds.push(refund.clone());
+        self.refunds
+            .push(self.stored(Route::Refund, refund.clone(), now_ms));
         let entry = KeyEntry {
             refund: self.refunds.len() - 1,
             request,
@@ -188,29 +232,34 @@ impl State {
             .retain(|_, e| now_ms < e.first_seen_ms.saturating_add(ttl));
     }
 
-    /// Refunds made with idempotency key `key`, by their metadata (remembered forever,
-    /// unlike the deduplication).
-    pub fn refunds_by_key(&self, key: &str) -> Vec<Value> {
+    /// Refunds made with idempotency key `key` that search shows at `now_ms`, by their
+    /// metadata (remembered forever, unlike the deduplication).
+    pub fn refunds_by_key(&self, key: &str, now_ms: u64) -> Vec<Value> {
         self.refunds
             .iter()
-            .filter(|r| r["idempotency_key"] == key)
-            .cloned()
+            .filter(|r| r.view["idempotency_key"] == key && r.visible(now_ms))
+            .map(|r| r.view.clone())
             .collect()
     }
 
-    /// Order `id`: a fixed total and what was refunded on it.
+    /// Order `id`: a fixed total and what was refunded on it (at once, whatever the lag
+    /// of refund search).
     pub fn order(&self, order_id: &str) -> Value {
-        let refunded: u64 = self
+        let refunds: Vec<&Value> = self
             .refunds
             .iter()
+            .map(|r| &r.view)
             .filter(|r| r["order_id"] == order_id)
+            .collect();
+        let refunded: u64 = refunds
+            .iter()
             .filter_map(|r| r["amount_cents"].as_u64())
             .sum();
         json!({
             "order_id": order_id,
             "total_cents": 100_000,
             "refunded_cents": refunded,
-            "refunds": self.refunds.iter().filter(|r| r["order_id"] == order_id).count(),
+            "refunds": refunds.len(),
         })
     }
 
@@ -224,16 +273,17 @@ impl State {
             "external_ref": request.external_ref,
             "created_at_ms": now_ms,
         });
-        self.tickets.push(ticket.clone());
+        self.tickets
+            .push(self.stored(Route::Ticket, ticket.clone(), now_ms));
         ticket
     }
 
-    /// Tickets carrying `external_ref`.
-    pub fn tickets_by_ref(&self, external_ref: &str) -> Vec<Value> {
+    /// Tickets carrying `external_ref` that search shows at `now_ms`.
+    pub fn tickets_by_ref(&self, external_ref: &str, now_ms: u64) -> Vec<Value> {
         self.tickets
             .iter()
-            .filter(|t| t["external_ref"] == external_ref)
-            .cloned()
+            .filter(|t| t.view["external_ref"] == external_ref && t.visible(now_ms))
+            .map(|t| t.view.clone())
             .collect()
     }
 
@@ -246,17 +296,17 @@ impl State {
             "client_ref": request.client_ref,
             "sent_at_ms": now_ms,
         });
-        self.messages.push((now_ms, message.clone()));
+        self.messages
+            .push(self.stored(Route::Message, message.clone(), now_ms));
         message
     }
 
-    /// Messages carrying `client_ref` that search already shows.
+    /// Messages carrying `client_ref` that search shows at `now_ms`.
     pub fn messages_by_ref(&self, client_ref: &str, now_ms: u64) -> Vec<Value> {
-        let lag = self.settings.message_visibility_lag_ms;
         self.messages
             .iter()
-            .filter(|(sent, m)| m["client_ref"] == client_ref && now_ms >= sent + lag)
-            .map(|(_, m)| m.clone())
+            .filter(|m| m.view["client_ref"] == client_ref && m.visible(now_ms))
+            .map(|m| m.view.clone())
             .collect()
     }
 
@@ -268,10 +318,7 @@ impl State {
             "version": request.version,
             "job_ref": request.job_ref,
         });
-        self.jobs.push(Job {
-            view,
-            created_at_ms: now_ms,
-        });
+        self.jobs.push(self.stored(Route::Deploy, view, now_ms));
         self.job_view(self.jobs.len() - 1, now_ms)
     }
 
@@ -290,26 +337,30 @@ impl State {
         view
     }
 
-    /// Job `job_id` as it stands at `now_ms`.
+    /// Job `job_id` as it stands at `now_ms`, once look-ups show it.
     pub fn job(&self, job_id: &str, now_ms: u64) -> Option<Value> {
-        let index = self.jobs.iter().position(|j| j.view["job_id"] == job_id)?;
+        let index = self
+            .jobs
+            .iter()
+            .position(|j| j.view["job_id"] == job_id && j.visible(now_ms))?;
         Some(self.job_view(index, now_ms))
     }
 
-    /// Jobs carrying `job_ref`, as they stand at `now_ms`.
+    /// Jobs carrying `job_ref` that search shows, as they stand at `now_ms`.
     pub fn jobs_by_ref(&self, job_ref: &str, now_ms: u64) -> Vec<Value> {
         (0..self.jobs.len())
-            .filter(|&i| self.jobs[i].view["job_ref"] == job_ref)
+            .filter(|&i| self.jobs[i].view["job_ref"] == job_ref && self.jobs[i].visible(now_ms))
             .map(|i| self.job_view(i, now_ms))
             .collect()
     }
 
-    /// Every effect every provider holds, for counting from outside.
+    /// Every effect every provider holds, visible or not, for counting from outside.
     pub fn effects(&self, now_ms: u64) -> Value {
+        let views = |list: &[Stored]| list.iter().map(|s| s.view.clone()).collect::<Vec<_>>();
         json!({
-            "refunds": self.refunds,
-            "tickets": self.tickets,
-            "messages": self.messages.iter().map(|(_, m)| m).collect::<Vec<_>>(),
+            "refunds": views(&self.refunds),
+            "tickets": views(&self.tickets),
+            "messages": views(&self.messages),
             "jobs": (0..self.jobs.len()).map(|i| self.job_view(i, now_ms)).collect::<Vec<_>>(),
         })
     }
@@ -339,12 +390,12 @@ mod tests {
             s.refund("k", refund(5), 999).unwrap(),
             (first.clone(), true)
         );
-        assert_eq!(s.refunds_by_key("k"), vec![first]);
+        assert_eq!(s.refunds_by_key("k", 999), vec![first]);
         // Forgotten: the same key now makes a second refund; search still finds both.
         let (second, replayed) = s.refund("k", refund(5), 1_000).unwrap();
         assert!(!replayed);
         assert_eq!(second["refund_id"], json!("re_2"));
-        assert_eq!(s.refunds_by_key("k").len(), 2);
+        assert_eq!(s.refunds_by_key("k", 1_000).len(), 2);
         assert_eq!(s.order("o-1")["refunds"], json!(2));
     }
 
@@ -355,7 +406,7 @@ mod tests {
         assert_eq!(s.refund("k", refund(6), 1).unwrap_err().status, 422);
         assert_eq!(s.refund("", refund(6), 1).unwrap_err().status, 400);
         assert_eq!(s.refund("k2", refund(0), 1).unwrap_err().status, 400);
-        assert!(s.refunds_by_key("never").is_empty());
+        assert!(s.refunds_by_key("never", 1).is_empty());
     }
 
     #[test]
@@ -372,7 +423,7 @@ mod tests {
         };
         s.create_ticket(t.clone(), 0);
         s.create_ticket(t, 1);
-        assert_eq!(s.tickets_by_ref("r").len(), 2);
+        assert_eq!(s.tickets_by_ref("r", 1).len(), 2);
         let m = MessageRequest {
             to: "a@example.com".into(),
             text: "hi".into(),
@@ -381,6 +432,53 @@ mod tests {
         s.send_message(m, 1_000);
         assert!(s.messages_by_ref("c", 1_299).is_empty(), "not visible yet");
         assert_eq!(s.messages_by_ref("c", 1_300).len(), 1);
+    }
+
+    #[test]
+    fn a_route_lag_hides_effects_committed_after_it_was_set_until_it_passes() {
+        let mut s = State::new(Settings {
+            message_visibility_lag_ms: 100,
+            ..Settings::default()
+        });
+        s.refund("before", refund(5), 0).unwrap();
+        for route in Route::ALL {
+            s.set_visibility_lag_ms(route, 1_000);
+        }
+        assert_eq!(
+            s.visibility_lag_ms(Route::Message),
+            1_100,
+            "added to its own"
+        );
+        s.refund("k", refund(5), 10).unwrap();
+        let ticket = TicketRequest {
+            subject: "s".into(),
+            body: "b".into(),
+            priority: "normal".into(),
+            external_ref: "r".into(),
+        };
+        s.create_ticket(ticket, 10);
+        let job = DeployRequest {
+            service: "api".into(),
+            version: "1".into(),
+            job_ref: "j".into(),
+        };
+        s.start_job(job, 10);
+        assert_eq!(s.refunds_by_key("before", 10).len(), 1, "committed before");
+        assert!(s.refunds_by_key("k", 1_009).is_empty());
+        assert!(s.tickets_by_ref("r", 1_009).is_empty());
+        assert!(s.jobs_by_ref("j", 1_009).is_empty());
+        assert!(s.job("job_1", 1_009).is_none());
+        // The write path and the ground truth know it at once.
+        assert!(
+            s.refund("k", refund(5), 11).unwrap().1,
+            "the key still replays"
+        );
+        assert_eq!(s.effects(11)["tickets"].as_array().unwrap().len(), 1);
+        assert_eq!(s.order("o-1")["refunds"], json!(2));
+        assert_eq!(s.refunds_by_key("k", 1_010).len(), 1);
+        assert_eq!(s.tickets_by_ref("r", 1_010).len(), 1);
+        assert_eq!(s.jobs_by_ref("j", 1_010).len(), 1);
+        assert!(s.job("job_1", 1_010).is_some());
     }
 
     #[test]

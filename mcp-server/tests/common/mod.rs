@@ -38,21 +38,27 @@ tenant = "acme"
 tool = "pay/refund"
 class = "keyed_idempotent"
 provider_horizon_ms = 86400000
+target_fields = ["/order_id"]
 
 [[tool]]
 tenant = "acme"
 tool = "desk/create_ticket"
 class = "unkeyed_create"
+processing_ms_max = 2000
 
 [[tool]]
 tenant = "acme"
 tool = "msg/send_message"
 class = "irreversible"
+processing_ms_max = 1000
+visibility_lag_ms = 200
 
 [[tool]]
 tenant = "acme"
 tool = "deploy/start_deploy"
 class = "long_running_job"
+target_fields = ["/service"]
+processing_ms_max = 2000
 
 [[tool]]
 tenant = "acme"
@@ -284,7 +290,6 @@ request_state_key = "mcp-test-request-state-key-0123456789"
 arguments_bytes_max = 4096
 lease_ms = {lease_ms}
 wait_in_flight_ms = 8000
-message_settle_ms = 250
 
 [[tenants]]
 name = "acme"

@@ -1,14 +1,16 @@
 //! Representative core values of every type the contract carries, with every enum
 //! variant and oneof arm, for round-trip tests here and in `status`.
 
-use ledger_core::intent::IntentError;
-use ledger_core::key::FieldError;
 use ledger_core::{
-    Attempt, AttemptKind, AttemptOutcome, Authority, ClaimOutcome, Decision, Declaration,
-    EffectKey, EffectRecord, EffectState, Escalation, EscalationReason, Grant, IntentConflict,
-    IntentHash, Observation, ObservationResult, OperatorDecision, Outcome, ReconcileOutcome,
-    Refusal, ReplayClass, Slot, ToolName, ToolPolicy, ToolRef, Unsettled,
+    Amendment, Attempt, AttemptKind, AttemptOutcome, Authority, ClaimOutcome, Decision,
+    Declaration, EffectKey, EffectRecord, EffectState, Escalation, EscalationReason, Grant,
+    IntentConflict, IntentHash, Observation, ObservationResult, OperatorDecision, Outcome,
+    ReconcileOutcome, ReplayClass, Slot, ToolPolicy, ToolRef, Unsettled,
 };
+
+mod refusals;
+
+pub use refusals::refusals;
 
 pub fn key() -> EffectKey {
     EffectKey::new("acme", "billing", "refund-42")
@@ -114,6 +116,33 @@ pub fn decisions() -> Vec<Decision> {
     ]
 }
 
+/// What a collected effect's tombstone says, with or without a receipt digest.
+pub fn expired_effect(committed: bool) -> ledger_core::ExpiredEffect {
+    ledger_core::ExpiredEffect {
+        key: key(),
+        intent_hash: hash(5),
+        final_state: if committed {
+            EffectState::Committed
+        } else {
+            EffectState::NotStarted
+        },
+        receipt_digest: committed.then(|| ledger_core::ReceiptDigest::of("re_1")),
+        collected_at_ms: 7_200_000,
+    }
+}
+
+pub fn tombstone() -> ledger_core::Tombstone {
+    let expired = expired_effect(true);
+    ledger_core::Tombstone {
+        key: expired.key,
+        intent_hash: expired.intent_hash,
+        final_state: expired.final_state,
+        receipt_digest: expired.receipt_digest,
+        collected_at_ms: expired.collected_at_ms,
+        expires_at_ms: 9_000_000,
+    }
+}
+
 pub fn claim_outcomes() -> Vec<ClaimOutcome> {
     let mut outcomes = vec![
         ClaimOutcome::Proceed(grant()),
@@ -128,6 +157,8 @@ pub fn claim_outcomes() -> Vec<ClaimOutcome> {
         ClaimOutcome::Reconcile(unsettled(None)),
         ClaimOutcome::Conflict(conflict()),
         ClaimOutcome::HorizonPassed(unsettled(observations().pop())),
+        ClaimOutcome::Expired(expired_effect(true)),
+        ClaimOutcome::Expired(expired_effect(false)),
     ];
     outcomes.extend(REASONS.map(|reason| ClaimOutcome::Escalated { reason }));
     outcomes.extend(
@@ -152,6 +183,7 @@ pub fn reconcile_outcomes() -> Vec<ReconcileOutcome> {
             attempt_id: 4,
             lease_until_ms: 5,
         },
+        ReconcileOutcome::Expired(expired_effect(true)),
     ];
     outcomes.extend(REASONS.map(|reason| ReconcileOutcome::Escalated { reason }));
     outcomes.extend(
@@ -188,6 +220,16 @@ pub fn outcomes() -> Vec<Outcome> {
     ];
     outcomes.extend(claim_outcomes().into_iter().map(Outcome::Claim));
     outcomes.extend(reconcile_outcomes().into_iter().map(Outcome::Reconcile));
+    outcomes.push(Outcome::Amended {
+        previous_hash: hash(1),
+        intent_hash: hash(2),
+        changed: true,
+    });
+    outcomes.push(Outcome::Amended {
+        previous_hash: hash(4),
+        intent_hash: hash(4),
+        changed: false,
+    });
     for state in EffectState::ALL {
         outcomes.push(Outcome::Observed {
             state,
@@ -234,11 +276,31 @@ pub fn attempts() -> Vec<Attempt> {
         .collect()
 }
 
+/// A policy with every field away from its default.
 pub fn tool_policy() -> ToolPolicy {
     ToolPolicy {
         volatile_fields: vec!["/request_id".into(), "/meta/trace".into()],
+        target_fields: vec!["/order_id".into()],
+        processing_ms_max: Some(15_000),
+        visibility_lag_ms: 2_500,
+        retry_window_ms: 3_600_000,
         ..ToolPolicy::for_class(ReplayClass::KeyedIdempotent)
     }
+}
+
+pub fn amendments() -> Vec<Amendment> {
+    vec![
+        Amendment {
+            at_ms: 6,
+            previous_hash: hash(3),
+            intent_hash: hash(5),
+        },
+        Amendment {
+            at_ms: 7,
+            previous_hash: hash(5),
+            intent_hash: hash(7),
+        },
+    ]
 }
 
 /// A record with every optional part set: slot, attempts of every outcome (and one
@@ -280,6 +342,7 @@ pub fn full_record() -> EffectRecord {
                 reason: EscalationReason::ObservationBudgetSpent,
             },
         }),
+        amendments: amendments(),
     }
 }
 
@@ -297,100 +360,8 @@ pub fn bare_record() -> EffectRecord {
         observations: vec![],
         escalation: None,
         decision: None,
+        amendments: vec![],
         policy: ToolPolicy::for_class(ReplayClass::Irreversible),
         ..full_record()
     }
-}
-
-/// One refusal of every kind, with the gRPC code it must travel with.
-pub fn refusals() -> Vec<(Refusal, tonic::Code)> {
-    use tonic::Code;
-    let tool_name = ToolName {
-        provider: "stripe".into(),
-        name: "refund".into(),
-    };
-    vec![
-        (
-            Refusal::InvalidField(FieldError::TooLong {
-                field: "key".into(),
-                len: 300,
-                max: 256,
-            }),
-            Code::InvalidArgument,
-        ),
-        (
-            Refusal::InvalidField(FieldError::BadChar {
-                field: "namespace".into(),
-                at: 3,
-            }),
-            Code::InvalidArgument,
-        ),
-        (
-            Refusal::InvalidIntent(IntentError::Malformed("expected value at 1:1".into())),
-            Code::InvalidArgument,
-        ),
-        (
-            Refusal::InvalidIntent(IntentError::TooDeep { max: 64 }),
-            Code::InvalidArgument,
-        ),
-        (
-            Refusal::UnknownTenant("nobody".into()),
-            Code::PermissionDenied,
-        ),
-        (
-            Refusal::WrongTenant {
-                caller: "acme".into(),
-                owner: "globex".into(),
-            },
-            Code::PermissionDenied,
-        ),
-        (
-            Refusal::NotPermitted {
-                command: "decide".into(),
-            },
-            Code::PermissionDenied,
-        ),
-        (Refusal::UnknownTool(tool_name.clone()), Code::NotFound),
-        (Refusal::ReadOnlyTool(tool_name), Code::FailedPrecondition),
-        (
-            Refusal::InvalidPolicy("lease_ms must be in 1..=600000".into()),
-            Code::InvalidArgument,
-        ),
-        (Refusal::UnknownEffect(key()), Code::NotFound),
-        (Refusal::Conflict(conflict()), Code::Aborted),
-        (
-            Refusal::StaleToken {
-                offered: 5,
-                latest: Some(6),
-            },
-            Code::FailedPrecondition,
-        ),
-        (
-            Refusal::StaleToken {
-                offered: 5,
-                latest: None,
-            },
-            Code::FailedPrecondition,
-        ),
-        (
-            Refusal::LeaseExpired {
-                lease_until_ms: 31_000,
-            },
-            Code::FailedPrecondition,
-        ),
-        (Refusal::WrongAttemptKind(12), Code::FailedPrecondition),
-        (
-            Refusal::AlreadyFinal {
-                state: EffectState::Committed,
-            },
-            Code::FailedPrecondition,
-        ),
-        (Refusal::ProofRequired, Code::InvalidArgument),
-        (Refusal::ConfirmationRequired, Code::FailedPrecondition),
-        (Refusal::NotEscalated, Code::FailedPrecondition),
-        (
-            Refusal::CommandIdReused("cmd-1".into()),
-            Code::AlreadyExists,
-        ),
-    ]
 }

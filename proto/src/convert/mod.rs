@@ -13,6 +13,7 @@
 //! - [`outcome`]: grants and claim and reconcile outcomes; core [`Outcome`]s as RPC
 //!   responses and back.
 //! - [`request`]: request constructors for the client and [`IntoCommand`] for the node.
+//! - [`tombstone`]: expired effects, tombstones (and what a `Get` found), tenant settings.
 
 use std::convert::Infallible;
 
@@ -21,6 +22,7 @@ use ledger_core::{IntentHash, Outcome, Refusal};
 pub mod outcome;
 pub mod record;
 pub mod request;
+pub mod tombstone;
 pub mod values;
 
 #[cfg(test)]
@@ -144,6 +146,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Decided { .. } => "decided",
         Outcome::Swept { .. } => "swept",
         Outcome::Refused(_) => "refused",
+        Outcome::Amended { .. } => "amended",
     }
 }
 

@@ -16,6 +16,7 @@
 //! | `Reconcile`     | `BeginReconcileResponse` |
 //! | `Observed`      | `ObserveResponse`        |
 //! | `Decided`       | `DecideResponse`         |
+//! | `Amended`       | `AmendResponse`          |
 //!
 //! `Swept` answers the leader's own sweeps and has no response.
 
@@ -141,6 +142,7 @@ impl From<ClaimOutcome> for pb::ClaimResponse {
             ClaimOutcome::Conflict(c) => W::Conflict(c.into()),
             ClaimOutcome::Escalated { reason } => W::Escalated(escalated(reason)),
             ClaimOutcome::HorizonPassed(u) => W::HorizonPassed(u.into()),
+            ClaimOutcome::Expired(e) => W::Expired(e.into()),
         };
         pb::ClaimResponse {
             outcome: Some(outcome),
@@ -169,6 +171,7 @@ impl TryFrom<pb::ClaimResponse> for ClaimOutcome {
                 reason: escalation_reason_from_i32(e.reason, "escalated.reason")?,
             },
             Some(W::HorizonPassed(u)) => ClaimOutcome::HorizonPassed(within(u, "horizon_passed")?),
+            Some(W::Expired(e)) => ClaimOutcome::Expired(within(e, "expired")?),
         })
     }
 }
@@ -186,6 +189,7 @@ impl From<ReconcileOutcome> for pb::BeginReconcileResponse {
             } => W::InFlight(in_flight(holder, attempt_id, lease_until_ms)),
             ReconcileOutcome::Escalated { reason } => W::Escalated(escalated(reason)),
             ReconcileOutcome::NotNeeded { state } => W::NotNeeded(effect_state_to_i32(state)),
+            ReconcileOutcome::Expired(e) => W::Expired(e.into()),
         };
         pb::BeginReconcileResponse {
             outcome: Some(outcome),
@@ -214,6 +218,7 @@ impl TryFrom<pb::BeginReconcileResponse> for ReconcileOutcome {
             Some(W::NotNeeded(state)) => ReconcileOutcome::NotNeeded {
                 state: effect_state_from_i32(state, "not_needed")?,
             },
+            Some(W::Expired(e)) => ReconcileOutcome::Expired(within(e, "expired")?),
         })
     }
 }
@@ -392,6 +397,38 @@ impl TryFrom<pb::DecideResponse> for Outcome {
     fn try_from(r: pb::DecideResponse) -> Result<Self, WireError> {
         Ok(Outcome::Decided {
             state: effect_state_from_i32(r.state, "state")?,
+        })
+    }
+}
+
+impl TryFrom<Outcome> for pb::AmendResponse {
+    type Error = OutcomeError;
+
+    fn try_from(o: Outcome) -> Result<Self, OutcomeError> {
+        match o {
+            Outcome::Amended {
+                previous_hash,
+                intent_hash,
+                changed,
+            } => Ok(pb::AmendResponse {
+                previous_hash: intent_hash_to_bytes(&previous_hash),
+                intent_hash: intent_hash_to_bytes(&intent_hash),
+                changed,
+            }),
+            other => Err(OutcomeError::unexpected("amend", other)),
+        }
+    }
+}
+
+/// Both hashes must be 32 bytes.
+impl TryFrom<pb::AmendResponse> for Outcome {
+    type Error = WireError;
+
+    fn try_from(r: pb::AmendResponse) -> Result<Self, WireError> {
+        Ok(Outcome::Amended {
+            previous_hash: intent_hash_from_bytes(&r.previous_hash, "previous_hash")?,
+            intent_hash: intent_hash_from_bytes(&r.intent_hash, "intent_hash")?,
+            changed: r.changed,
         })
     }
 }

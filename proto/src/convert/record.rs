@@ -1,6 +1,6 @@
 //! Effect records and their parts (attempts, slots, escalations, operator decisions),
-//! tool policies and tenant settings: what `Get`, `List` and `GetTenant` return and what
-//! the operator configures.
+//! tool policies and tenant configurations: what `Get`, `List` and `GetTenant` return and
+//! what the operator configures. (Tenant settings and tombstones are in `tombstone`.)
 //!
 //! A record crosses the wire whole, so every field maps both ways; the intent hash must
 //! be 32 bytes and every message field the record always has (`key`, `tool`,
@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use ledger_core::{
-    Attempt, AttemptOutcome, EffectRecord, Escalation, OperatorDecision, Slot, TenantConfig,
-    TenantSettings, ToolName, ToolPolicy,
+    Amendment, Attempt, AttemptOutcome, EffectRecord, Escalation, OperatorDecision, Slot,
+    TenantConfig, ToolName, ToolPolicy,
 };
 
 use super::values::{
@@ -35,11 +35,17 @@ impl From<ToolPolicy> for pb::ToolPolicy {
             observations_max: p.observations_max,
             confirmation_required: p.confirmation_required,
             volatile_fields: p.volatile_fields,
+            target_fields: p.target_fields,
+            processing_ms_max: p.processing_ms_max,
+            visibility_lag_ms: p.visibility_lag_ms,
+            retry_window_ms: p.retry_window_ms,
         }
     }
 }
 
-/// `class` must be a defined replay class.
+/// `class` must be a defined replay class. The numbers are taken as sent (an absent
+/// `retry_window_ms` is 0); whether they make sense together is `ToolPolicy::validate`'s
+/// judgement, made by `apply`.
 impl TryFrom<pb::ToolPolicy> for ToolPolicy {
     type Error = WireError;
 
@@ -54,23 +60,11 @@ impl TryFrom<pb::ToolPolicy> for ToolPolicy {
             observations_max: p.observations_max,
             confirmation_required: p.confirmation_required,
             volatile_fields: p.volatile_fields,
+            target_fields: p.target_fields,
+            processing_ms_max: p.processing_ms_max,
+            visibility_lag_ms: p.visibility_lag_ms,
+            retry_window_ms: p.retry_window_ms,
         })
-    }
-}
-
-impl From<TenantSettings> for pb::TenantSettings {
-    fn from(s: TenantSettings) -> Self {
-        pb::TenantSettings {
-            command_retention_ms: s.command_retention_ms,
-        }
-    }
-}
-
-impl From<pb::TenantSettings> for TenantSettings {
-    fn from(s: pb::TenantSettings) -> Self {
-        TenantSettings {
-            command_retention_ms: s.command_retention_ms,
-        }
     }
 }
 
@@ -252,6 +246,29 @@ impl TryFrom<pb::OperatorDecision> for OperatorDecision {
     }
 }
 
+impl From<Amendment> for pb::Amendment {
+    fn from(a: Amendment) -> Self {
+        pb::Amendment {
+            at_ms: a.at_ms,
+            previous_hash: intent_hash_to_bytes(&a.previous_hash),
+            intent_hash: intent_hash_to_bytes(&a.intent_hash),
+        }
+    }
+}
+
+/// Both hashes must be 32 bytes.
+impl TryFrom<pb::Amendment> for Amendment {
+    type Error = WireError;
+
+    fn try_from(a: pb::Amendment) -> Result<Self, WireError> {
+        Ok(Amendment {
+            at_ms: a.at_ms,
+            previous_hash: intent_hash_from_bytes(&a.previous_hash, "previous_hash")?,
+            intent_hash: intent_hash_from_bytes(&a.intent_hash, "intent_hash")?,
+        })
+    }
+}
+
 impl From<EffectRecord> for pb::EffectRecord {
     fn from(r: EffectRecord) -> Self {
         pb::EffectRecord {
@@ -278,12 +295,13 @@ impl From<EffectRecord> for pb::EffectRecord {
             observations: r.observations.into_iter().map(Into::into).collect(),
             escalation: r.escalation.map(Into::into),
             decision: r.decision.map(Into::into),
+            amendments: r.amendments.into_iter().map(Into::into).collect(),
         }
     }
 }
 
-/// `key`, `tool`, `authority` and `policy` are required, `intent_hash` is 32 bytes and
-/// `state` is defined.
+/// `key`, `tool`, `authority` and `policy` are required, `intent_hash` and both hashes
+/// of every amendment are 32 bytes and `state` is defined.
 impl TryFrom<pb::EffectRecord> for EffectRecord {
     type Error = WireError;
 
@@ -312,6 +330,7 @@ impl TryFrom<pb::EffectRecord> for EffectRecord {
             observations: repeated(r.observations, "observations")?,
             escalation: optional(r.escalation, "escalation")?,
             decision: optional(r.decision, "decision")?,
+            amendments: repeated(r.amendments, "amendments")?,
         })
     }
 }
@@ -320,6 +339,7 @@ impl From<EffectRecord> for pb::GetResponse {
     fn from(r: EffectRecord) -> Self {
         pb::GetResponse {
             record: Some(r.into()),
+            tombstone: None,
         }
     }
 }

@@ -251,6 +251,26 @@ impl IntoCommand for pb::DecideRequest {
     }
 }
 
+impl pb::AmendRequest {
+    /// Amends the intent of the effect `declaration` names to its `intent_json`.
+    pub fn new(command_id: impl Into<String>, declaration: Declaration) -> Self {
+        pb::AmendRequest {
+            command_id: command_id.into(),
+            declaration: Some(declaration.into()),
+        }
+    }
+}
+
+/// `declaration` (with its `key`, `tool`, `authority`) is required.
+impl IntoCommand for pb::AmendRequest {
+    fn into_command(self, caller: Caller) -> Result<Command, WireError> {
+        let body = CommandBody::Amend {
+            declaration: required(self.declaration, "declaration")?,
+        };
+        Ok(command(self.command_id, caller, body))
+    }
+}
+
 impl pb::PutTenantRequest {
     /// Registers `tenant` or changes its settings.
     pub fn new(

@@ -33,6 +33,11 @@ fn variant(refusal: &Refusal) -> usize {
         Refusal::ConfirmationRequired => 15,
         Refusal::NotEscalated => 16,
         Refusal::CommandIdReused(_) => 17,
+        Refusal::AmendNotAllowed { .. } => 18,
+        Refusal::TooManyAmendments { .. } => 19,
+        Refusal::Expired(_) => 20,
+        Refusal::QuotaExceeded { .. } => 21,
+        Refusal::DeclarationTooLarge { .. } => 22,
     }
 }
 
@@ -41,7 +46,7 @@ fn fixtures_cover_every_refusal() {
     let mut seen: Vec<usize> = refusals().iter().map(|(r, _)| variant(r)).collect();
     seen.sort();
     seen.dedup();
-    assert_eq!(seen, (0..18).collect::<Vec<_>>());
+    assert_eq!(seen, (0..23).collect::<Vec<_>>());
 }
 
 #[test]

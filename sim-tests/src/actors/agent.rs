@@ -4,9 +4,12 @@
 //!
 //! Retrying strategies call again on an ambiguous answer (a timeout, a reset connection,
 //! an unknown outcome), each call on the next instance, up to [`AGENT_CALLS_MAX`] calls.
-//! `never-retry` makes one call and, after a crash, does not repeat a call it may have
-//! made. A conflict ends the intent, except that an agent on the ledger with explicit
-//! keys that issued a new action (a model repair) takes a new key for it.
+//! `never-retry` (and `token-or-never` at a provider without keys) makes one call and,
+//! after a crash, does not repeat a call it may have made. A conflict ends the intent
+//! (a model repair is the same effect, and the conflict is its answer), except that an
+//! agent on the ledger that means a second effect in the same step (`new_action`) makes
+//! the explicit transition: a new key (explicit keys) or a new sequence number (derived
+//! keys).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,8 +17,7 @@ use std::time::Duration;
 use super::faults::{CallPlan, EpisodeFaults};
 use super::toolserver::Instance;
 use super::{
-    Final, Intent, KeyMode, Strategy, ToolReply, AGENT_BACKOFF_MS, AGENT_CALLS_MAX,
-    AGENT_TIMEOUT_MS,
+    Final, Intent, Strategy, ToolReply, AGENT_BACKOFF_MS, AGENT_CALLS_MAX, AGENT_TIMEOUT_MS,
 };
 use crate::cluster::ClientNode;
 
@@ -30,6 +32,9 @@ pub struct Progress {
     pub in_flight: bool,
     /// When the first call was made.
     pub started: Option<Duration>,
+    /// When the agent first did not know the outcome: its first ambiguous answer, or its
+    /// restart with a call in doubt.
+    pub first_ambiguous: Option<Duration>,
     /// The end: what the agent knows, and when it knew it.
     pub end: Option<(Final, Duration)>,
 }
@@ -123,18 +128,20 @@ impl Agent {
 
     async fn run_intent(&self, index: usize, machine: &ClientNode) -> Final {
         let strategy = self.inner.strategy;
-        let calls_max = if strategy.retries() {
-            AGENT_CALLS_MAX
-        } else {
-            1
-        };
-        if self.progress(index, |p| p.in_flight) && !strategy.retries() {
-            return unresolved("the agent restarted with a call in doubt and never retries");
+        let retries = strategy.retries(self.inner.intents[index].kind);
+        let calls_max = if retries { AGENT_CALLS_MAX } else { 1 };
+        if self.progress(index, |p| p.in_flight) {
+            self.progress(index, |p| {
+                p.first_ambiguous.get_or_insert_with(crate::sim_elapsed);
+            });
+            if !retries {
+                return unresolved("the agent restarted with a call in doubt and never retries");
+            }
         }
         loop {
             let (calls, conflicts) = self.progress(index, |p| (p.calls, p.conflicts));
             if calls >= calls_max {
-                return unresolved(if strategy.retries() {
+                return unresolved(if retries {
                     "calls exhausted with the outcome unknown"
                 } else {
                     "the outcome is unknown and the agent never retries"
@@ -148,6 +155,7 @@ impl Agent {
             let mut intent = self.inner.intents[index].clone();
             if conflicts > 0 {
                 intent.key = format!("{}/r{conflicts}", intent.key);
+                intent.sequence = Some(format!("r{conflicts}"));
             }
             let (n, plan) = self.inner.faults.next_call();
             if let Some(delay_ms) = self.inner.faults.plan.delays.get(&n) {
@@ -162,14 +170,22 @@ impl Agent {
             self.progress(index, |p| p.in_flight = false);
             match reply {
                 ToolReply::Ok { receipts } => return Final::Success { receipts },
-                ToolReply::Rejected { reason } => return Final::Failed { reason },
-                ToolReply::Ambiguous { .. } => {}
+                ToolReply::Rejected { reason } => {
+                    return Final::Failed {
+                        reason,
+                        key_taken: false,
+                    }
+                }
+                ToolReply::Ambiguous { .. } => self.progress(index, |p| {
+                    p.first_ambiguous.get_or_insert_with(crate::sim_elapsed);
+                }),
                 ToolReply::Conflict { fields } => {
-                    let renews = strategy == Strategy::Ledger(KeyMode::Explicit)
+                    let renews = matches!(strategy, Strategy::Ledger(_))
                         && self.inner.intents[index].new_action;
                     if !renews {
                         return Final::Failed {
                             reason: format!("the key was used with other arguments: {fields:?}"),
+                            key_taken: true,
                         };
                     }
                     self.progress(index, |p| p.conflicts += 1);

@@ -46,6 +46,10 @@ pub enum Strategy {
     ProviderToken,
     /// Never retry a mutation: an ambiguous answer stays ambiguous.
     NeverRetry,
+    /// The falsification baseline: where the provider honours an idempotency key, retry
+    /// with the step's token (as `ProviderToken`); where it does not, never retry (as
+    /// `NeverRetry`).
+    TokenOrNever,
     /// The effect ledger (the real `EffectRunner` on the real cluster), retrying.
     Ledger(KeyMode),
 }
@@ -61,11 +65,12 @@ pub enum KeyMode {
 
 impl Strategy {
     /// Every strategy, baselines first.
-    pub const ALL: [Strategy; 6] = [
+    pub const ALL: [Strategy; 7] = [
         Strategy::BlindRetry,
         Strategy::FreshKey,
         Strategy::ProviderToken,
         Strategy::NeverRetry,
+        Strategy::TokenOrNever,
         Strategy::Ledger(KeyMode::Explicit),
         Strategy::Ledger(KeyMode::Derived),
     ];
@@ -77,6 +82,7 @@ impl Strategy {
             Strategy::FreshKey => "fresh-key",
             Strategy::ProviderToken => "provider-token",
             Strategy::NeverRetry => "never-retry",
+            Strategy::TokenOrNever => "token-or-never",
             Strategy::Ledger(KeyMode::Explicit) => "ledger-explicit-key",
             Strategy::Ledger(KeyMode::Derived) => "ledger-derived-key",
         }
@@ -87,9 +93,22 @@ impl Strategy {
         Strategy::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// Whether the agent retries an ambiguous answer.
-    pub fn retries(self) -> bool {
-        self != Strategy::NeverRetry
+    /// Whether the agent retries an ambiguous answer from a call to `kind`.
+    pub fn retries(self, kind: ProviderKind) -> bool {
+        match self {
+            Strategy::NeverRetry => false,
+            Strategy::TokenOrNever => kind.honours_key(),
+            _ => true,
+        }
+    }
+
+    /// Whether a direct request to `kind` carries the step's token (`tok-{key}#{slot}`).
+    pub fn sends_step_token(self, kind: ProviderKind) -> bool {
+        match self {
+            Strategy::ProviderToken => true,
+            Strategy::TokenOrNever => kind.honours_key(),
+            _ => false,
+        }
     }
 
     /// Whether it runs on the ledger.
@@ -103,7 +122,10 @@ impl Strategy {
 pub struct Intent {
     /// The provider.
     pub kind: ProviderKind,
-    /// Ground-truth identity; slot `i` of a multi-slot intent is `{intent_id}#{i}`.
+    /// Ground-truth identity: the effect the user wants. A model repair of an earlier
+    /// intent of the same step carries that intent's id (the user still wants one
+    /// effect); an intended new effect has its own. Slot `i` of a multi-slot intent is
+    /// `{intent_id}#{i}`.
     pub intent_id: String,
     /// The parameters.
     pub params: BTreeMap<String, String>,
@@ -115,9 +137,14 @@ pub struct Intent {
     pub key: String,
     /// Declared multiplicity (recipients of one message, say).
     pub slots: u32,
-    /// Whether the agent issues it as a new action after an earlier intent of the same
-    /// step with one parameter changed (a model repair): on a conflict it takes a new key.
+    /// Whether the agent means it as a second effect after an earlier intent of the same
+    /// step and target with one parameter changed, and says so: on a conflict it makes
+    /// the explicit transition, a new key (explicit keys) or a new sequence number
+    /// (derived keys). A model repair is not one: it is the same effect, and its conflict
+    /// ends it.
     pub new_action: bool,
+    /// The runtime's sequence number for a further effect in the same step (derived keys).
+    pub sequence: Option<String>,
 }
 
 impl Intent {
@@ -154,7 +181,8 @@ pub enum ToolReply {
         /// Why.
         reason: String,
     },
-    /// The key was used before with other arguments.
+    /// The key was used before with other arguments: the ledger's conflict, or a keyed
+    /// provider refusing a reused idempotency key (409).
     Conflict {
         /// The differing fields.
         fields: Vec<String>,
@@ -178,6 +206,9 @@ pub enum Final {
     Failed {
         /// Why.
         reason: String,
+        /// Refused because its key already names another intent (a ledger conflict, or a
+        /// provider refusing a reused idempotency key): treated as a duplicate.
+        key_taken: bool,
     },
     /// Does not know.
     Unresolved {

@@ -187,7 +187,7 @@ impl ToolServer {
                     self.holder,
                     self.fresh_keys.fetch_add(1, Ordering::Relaxed)
                 )),
-                Strategy::ProviderToken => Some(format!("tok-{}#{slot}", intent.key)),
+                s if s.sends_step_token(intent.kind) => Some(format!("tok-{}#{slot}", intent.key)),
                 _ => None,
             };
             let request = ProviderRequest {
@@ -199,6 +199,16 @@ impl ToolServer {
             };
             match self.send(request, instance).await {
                 Ok(ProviderReply::Done { receipt, .. }) => receipts.push(receipt),
+                // A keyed provider refusing a reused key: the strategy's token already
+                // names another request, the baseline's counterpart of a ledger conflict.
+                Ok(ProviderReply::Rejected {
+                    status: 409,
+                    reason,
+                }) => {
+                    return ToolReply::Conflict {
+                        fields: vec![format!("params ({reason})")],
+                    }
+                }
                 Ok(ProviderReply::Rejected { status, reason }) => {
                     return ToolReply::Rejected {
                         reason: format!("{status}: {reason}"),
@@ -238,12 +248,13 @@ impl ToolServer {
         } else {
             vec![declaration.key.clone()]
         };
+        // Every declared slot is the episode's, sent or not.
+        self.keys_used
+            .lock()
+            .expect("keys lock")
+            .extend(keys.iter().map(ToString::to_string));
         let mut receipts = Vec::new();
         for (slot, key) in (0..).zip(keys) {
-            self.keys_used
-                .lock()
-                .expect("keys lock")
-                .insert(key.to_string());
             let call = EffectCall {
                 declaration: Declaration {
                     key,
@@ -277,7 +288,12 @@ impl ToolServer {
         let reconcile = ReconcileOptions {
             rounds_max: 2,
             round_interval_ms: 500,
-            lease_ms: 25_000,
+            // The attempt's lease is both together (25 s): it covers the adapter's own
+            // wait for a trustworthy look-up (the latest lease end plus the provider's
+            // processing bound) and a further wait the runner may add before a "not
+            // found" proves absence.
+            lease_ms: 5_000,
+            absence_wait_ms_max: 20_000,
         };
         let outcome = runner
             .effect(call)
@@ -352,12 +368,14 @@ fn declaration(intent: &Intent, mode: KeyMode) -> Result<Declaration, String> {
         KeyMode::Explicit => EffectKey::new(TENANT, AGENT_NAMESPACE, &intent.key),
         KeyMode::Derived => {
             let tool_name = tool.tool_name();
+            // The simulated tools' policies name no target fields: one effect per tool
+            // per step, so a repaired intent in the same step is the same effect.
             let source = KeySource::Derived {
                 workflow_id: &intent.workflow_id,
                 step_id: &intent.step_id,
                 tool: &tool_name,
-                intent_json: &intent_json,
-                volatile_fields: &[],
+                target: None,
+                sequence: intent.sequence.as_deref(),
             };
             effect_key(TENANT, AGENT_NAMESPACE, source).map_err(|e| e.to_string())?
         }

@@ -1,6 +1,10 @@
 //! The benchmark's episodes for one seed: one per fault point and provider, each with its
 //! faults, timings and intents, drawn from a generator of its own (not the simulator's),
 //! so that every strategy run on the seed meets exactly the same plan.
+//!
+//! Ground truth is declared here: each intent names the effect the user wants
+//! (`intent_id`), so a model repair shares its first intent's effect and an intended new
+//! effect has its own; a message to several recipients declares one effect per recipient.
 
 use std::collections::BTreeMap;
 
@@ -56,15 +60,21 @@ pub enum FaultPoint {
     /// As the previous, and the retry comes after the provider's horizon.
     HorizonExpired,
     /// The answer is lost, then the model issues the step again with one parameter
-    /// changed: a legitimately new action.
+    /// changed: a repair of the same effect. The user wants one refund, so applying both
+    /// is an extra application; the ledger answers the repair with a conflict.
     ModelRepair,
+    /// The answer is lost, then the agent issues a second effect on the same target in
+    /// the same step, one parameter changed, and means it: ground truth is two effects.
+    /// On the ledger's conflict it says so (a new key or sequence number); a strategy
+    /// that suppresses the second effect is a false deduplication.
+    IntendedNewEffect,
     /// Two or three of the above at once.
     Mixed,
 }
 
 impl FaultPoint {
     /// Every fault point, in table order.
-    pub const ALL: [FaultPoint; 11] = [
+    pub const ALL: [FaultPoint; 12] = [
         FaultPoint::BeforeDispatch,
         FaultPoint::ReceivedNotApplied,
         FaultPoint::AppliedAnswerLost,
@@ -75,6 +85,7 @@ impl FaultPoint {
         FaultPoint::RetryOnOtherInstance,
         FaultPoint::HorizonExpired,
         FaultPoint::ModelRepair,
+        FaultPoint::IntendedNewEffect,
         FaultPoint::Mixed,
     ];
 
@@ -91,6 +102,7 @@ impl FaultPoint {
             FaultPoint::RetryOnOtherInstance => "retry-other-instance",
             FaultPoint::HorizonExpired => "horizon-expired",
             FaultPoint::ModelRepair => "model-repair",
+            FaultPoint::IntendedNewEffect => "intended-new-effect",
             FaultPoint::Mixed => "mixed",
         }
     }
@@ -131,16 +143,27 @@ pub fn episode(seed: u64, point: FaultPoint, kind: ProviderKind, prefix: &str) -
     let id = format!("{prefix}{}-{}", point.name(), kind.name());
     let mut rng = SplitMix::new(seed, &id);
     let faults = faults_for(point, &mut rng);
-    let intents = intents_for(&id, point, kind, &mut rng);
+    let mut intents = intents_for(&id, point, kind, &mut rng);
+    let processing_ms = rng.range(20, 300);
+    let backoff_jitter_ms = (0..8).map(|_| rng.range(0, 500)).collect();
+    let start_ms = rng.range(0, 2_000);
+    // A message goes to two or three recipients: one declared effect per recipient.
+    // Drawn last, so that the other draws are those of single-recipient plans.
+    if kind == ProviderKind::Message {
+        let recipients = rng.range(2, 4) as u32;
+        for intent in &mut intents {
+            intent.slots = recipients;
+        }
+    }
     EpisodePlan {
         id,
         point,
         kind,
         faults,
-        processing_ms: rng.range(20, 300),
+        processing_ms,
         intents,
-        backoff_jitter_ms: (0..8).map(|_| rng.range(0, 500)).collect(),
-        start_ms: rng.range(0, 2_000),
+        backoff_jitter_ms,
+        start_ms,
     }
 }
 
@@ -155,7 +178,7 @@ fn faults_for(point: FaultPoint, rng: &mut SplitMix) -> FaultPlan {
         FaultPoint::ReceivedNotApplied => {
             plan.sends.insert(1, SendPlan::ProviderCrash);
         }
-        FaultPoint::AppliedAnswerLost | FaultPoint::ModelRepair => {
+        FaultPoint::AppliedAnswerLost | FaultPoint::ModelRepair | FaultPoint::IntendedNewEffect => {
             plan.sends.insert(1, SendPlan::LostResponse);
         }
         FaultPoint::AnswerLostToAgent => {
@@ -252,14 +275,22 @@ fn intents_for(id: &str, point: FaultPoint, kind: ProviderKind, rng: &mut SplitM
         key: format!("wf-{id}/step-1"),
         slots: 1,
         new_action: false,
+        sequence: None,
     };
-    if point != FaultPoint::ModelRepair {
+    if !matches!(
+        point,
+        FaultPoint::ModelRepair | FaultPoint::IntendedNewEffect
+    ) {
         return vec![first];
     }
-    let mut repaired = first.clone();
-    repaired.intent_id = format!("{id}/b");
-    repaired.new_action = true;
+    // The same step and target, one parameter changed. A repair is the same effect (its
+    // ground-truth id is the first intent's); an intended new effect is another one.
+    let mut second = first.clone();
     let item = format!("item-{}", rng.range(1_000, 2_000));
-    repaired.params.insert("item".into(), item);
-    vec![first, repaired]
+    second.params.insert("item".into(), item);
+    if point == FaultPoint::IntendedNewEffect {
+        second.intent_id = format!("{id}/b");
+        second.new_action = true;
+    }
+    vec![first, second]
 }

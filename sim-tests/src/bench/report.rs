@@ -23,7 +23,7 @@ pub struct Provenance {
 
 fn row(summary: &Summary) -> String {
     format!(
-        "{} | {} | {} | {} | {} | {} ({}) | {} / {} | {:.1}",
+        "{} | {} | {} | {} | {} | {} ({}) | {} | {} / {} | {} / {} | {:.0} | {:.1} | {:.0}",
         summary.effects,
         summary.extra_applications,
         summary.effects_with_extras,
@@ -31,15 +31,48 @@ fn row(summary: &Summary) -> String {
         summary.false_dedup,
         summary.unresolved,
         summary.escalated,
+        summary.needless_escalations,
         summary.latency_p50_ms,
         summary.latency_p99_ms,
+        summary.unknown_p50_ms,
+        summary.unknown_p99_ms,
+        summary.unknown_total_ms as f64 / 1_000.0,
         summary.ledger_ops_per_effect,
+        summary.ledger_bytes_per_effect,
     )
 }
 
 const COLUMNS: &str = "effects | extra applications | effects with extras | missing | \
-                       false dedup | unresolved (escalated) | latency p50 / p99 ms | \
-                       ledger ops / effect";
+                       false dedup | unresolved (escalated) | needless escalations | \
+                       latency p50 / p99 ms | time unknown p50 / p99 ms | \
+                       time unknown total s | ledger ops / effect | ledger bytes / effect";
+
+/// The markdown separator row for a table of `columns` columns.
+fn separator(columns: usize) -> String {
+    format!("|{}", "---|".repeat(columns))
+}
+
+/// What the columns mean, printed above the tables.
+const SEMANTICS: &str = "Per declared effect, judged by the providers' state. A declared \
+     effect is what the user wants: one per intent, one per recipient of a message to \
+     several (each judged on its own), and a model repair (one parameter changed in the \
+     same step) is the same effect as the intent it repairs, whereas an intended new \
+     effect (the agent says so with a new key or sequence number) is another. *Extra \
+     applications* are applications beyond one per declared effect (retry-induced \
+     duplicates, or a repair applied beside the original); *missing* never happened (the \
+     agent knows it failed, or does not know); *false dedup* never happened although the \
+     agent was told \"done\" or was refused as a duplicate (a legitimate new effect \
+     suppressed); *unresolved* means the agent ends without knowing whether it happened \
+     (escalated to a person, under the ledger); a *needless escalation* is one where the \
+     provider's state was final when the agent was told and its look-up could have told \
+     it (refund, ticket, append; wire before its horizon). Latency is simulated time from \
+     the agent's first call to its final answer; it includes waiting out leases and \
+     provider horizons. *Time unknown* runs from the agent's first ambiguous answer (a \
+     timeout, a lost or unknown answer, a restart with a call in doubt) to its final \
+     answer: percentiles over the effects that met one, and the total over all; an \
+     effect left unresolved stays unknown beyond it. Ledger ops are the commands the \
+     nodes received for the effect; ledger bytes are its records at the end of the run, \
+     as a snapshot encodes them.";
 
 /// The markdown report.
 pub fn markdown(results: &[EffectResult], provenance: &Provenance) -> String {
@@ -60,27 +93,16 @@ pub fn markdown(results: &[EffectResult], provenance: &Provenance) -> String {
         "Machine: {}; wall time {:.0} s.\n",
         provenance.machine, provenance.wall_s
     );
-    let _ = writeln!(
-        out,
-        "Per declared effect, judged by the providers' state: *extra applications* are \
-         applications beyond the declared multiplicity (retry-induced duplicates); \
-         *missing* never happened (the agent knows it failed, or does not know); *false \
-         dedup* means the agent was told \"done\" for something the provider never applied, \
-         or a legitimate new action was suppressed as a duplicate; *unresolved* means the \
-         agent ends without knowing whether it happened (escalated to a person, under the \
-         ledger). Latency is simulated time from the agent's first call to its final \
-         answer; it includes waiting out leases and provider horizons. Ledger ops are the \
-         commands the nodes received for the effect.\n"
-    );
+    let _ = writeln!(out, "{SEMANTICS}\n");
     let _ = writeln!(out, "## All fault points\n");
     let _ = writeln!(out, "| strategy | {COLUMNS} |");
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "{}", separator(13));
     for (strategy, summary) in by_strategy(results) {
         let _ = writeln!(out, "| {} | {} |", strategy.name(), row(&summary));
     }
     let _ = writeln!(out, "\n## By fault point\n");
     let _ = writeln!(out, "| fault point | strategy | {COLUMNS} |");
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "{}", separator(14));
     for ((point, strategy), summary) in by_point(results) {
         let _ = writeln!(
             out,
@@ -118,9 +140,15 @@ fn fields(summary: &Summary) -> serde_json::Value {
         "false_dedup": summary.false_dedup,
         "unresolved": summary.unresolved,
         "escalated": summary.escalated,
+        "needless_escalations": summary.needless_escalations,
         "latency_p50_ms": summary.latency_p50_ms,
         "latency_p99_ms": summary.latency_p99_ms,
+        "unknown_effects": summary.unknown_effects,
+        "unknown_p50_ms": summary.unknown_p50_ms,
+        "unknown_p99_ms": summary.unknown_p99_ms,
+        "unknown_total_ms": summary.unknown_total_ms,
         "ledger_ops_per_effect": summary.ledger_ops_per_effect,
+        "ledger_bytes_per_effect": summary.ledger_bytes_per_effect,
         "unresolved_reasons": summary.unresolved_reasons,
     })
 }
@@ -171,13 +199,14 @@ pub fn json(results: &[EffectResult], provenance: &Provenance) -> String {
 pub fn csv(results: &[EffectResult]) -> String {
     let mut out = String::from(
         "fault_point,provider,strategy,effects,extra_applications,effects_with_extras,\
-         missing,false_dedup,unresolved,escalated,latency_p50_ms,latency_p99_ms,\
-         ledger_ops_per_effect\n",
+         missing,false_dedup,unresolved,escalated,needless_escalations,latency_p50_ms,\
+         latency_p99_ms,unknown_effects,unknown_p50_ms,unknown_p99_ms,unknown_total_ms,\
+         ledger_ops_per_effect,ledger_bytes_per_effect\n",
     );
     for (point, provider, strategy, s) in rows(results) {
         let _ = writeln!(
             out,
-            "{point},{provider},{strategy},{},{},{},{},{},{},{},{},{},{:.2}",
+            "{point},{provider},{strategy},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2},{:.1}",
             s.effects,
             s.extra_applications,
             s.effects_with_extras,
@@ -185,9 +214,15 @@ pub fn csv(results: &[EffectResult]) -> String {
             s.false_dedup,
             s.unresolved,
             s.escalated,
+            s.needless_escalations,
             s.latency_p50_ms,
             s.latency_p99_ms,
-            s.ledger_ops_per_effect
+            s.unknown_effects,
+            s.unknown_p50_ms,
+            s.unknown_p99_ms,
+            s.unknown_total_ms,
+            s.ledger_ops_per_effect,
+            s.ledger_bytes_per_effect
         );
     }
     out

@@ -8,25 +8,25 @@
 //! been quiet for a while, the providers' state is read as the ground truth.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use madsim::runtime::Handle;
 
-use ledger_core::{EffectRecord, EffectState};
+use ledger_core::EffectRecord;
 
-use super::metrics::{EffectResult, Told};
+use super::judge::Judge;
+use super::metrics::EffectResult;
 use super::opcount;
 use super::plan::{episodes, EpisodePlan};
-use crate::actors::agent::{wait_all_finished, Agent, Progress};
+use crate::actors::agent::{wait_all_finished, Agent};
 use crate::actors::faults::{EpisodeFaults, Supervisor};
 use crate::actors::toolserver::{Instance, ServerConfig};
-use crate::actors::{Final, Intent, Strategy};
+use crate::actors::Strategy;
 use crate::cluster::{create_client_node, ClientNode, Cluster};
 use crate::fixtures::{ClusterSettings, TENANT};
 use crate::scenario::Run;
-use crate::world::{world_policy, ProviderKind, World, HORIZON_PASSED, NO_LOOKUP};
+use crate::world::{world_policy, ProviderKind, World};
 
 /// How long every agent of a run may take.
 const AGENTS_TIMEOUT: Duration = Duration::from_secs(600);
@@ -123,7 +123,8 @@ pub async fn register_world_tools(cluster: &Cluster) {
         .await;
 }
 
-/// Runs every episode of `seed` under `strategy` and returns one result per intent.
+/// Runs every episode of `seed` under `strategy` and returns one result per declared
+/// effect.
 pub async fn run(seed: u64, strategy: Strategy) -> Vec<EffectResult> {
     opcount::reset();
     let ledger = if strategy.uses_ledger() {
@@ -165,119 +166,23 @@ pub async fn run(seed: u64, strategy: Strategy) -> Vec<EffectResult> {
     let agents: Vec<&Agent> = episodes.iter().map(|e| &e.agent).collect();
     wait_all_finished(&agents, AGENTS_TIMEOUT).await;
     world.quiesce(QUIET).await;
-    let records = match ledger {
+    let records: Vec<EffectRecord> = match ledger {
         Some(run) => {
             let verified = run.verify(&[], &[], false).await;
             verified.views[0].records.values().cloned().collect()
         }
         None => Vec::new(),
     };
-    let counts = opcount::take();
-    let mut results = Vec::new();
-    for episode in &episodes {
-        for (intent, progress) in episode.agent.report() {
-            let ours = intent_records(&records, &episode.config, &intent);
-            results.push(result(
-                seed,
-                strategy,
-                &episode.plan,
-                &world,
-                &intent,
-                &progress,
-                &ours,
-                &counts,
-                started,
-            ));
-        }
-    }
-    results
-}
-
-/// The ledger records of `intent`: used by its episode, declared with its intent (for a
-/// multi-slot intent, one per slot).
-pub fn intent_records<'a>(
-    records: &'a [EffectRecord],
-    config: &ServerConfig,
-    intent: &Intent,
-) -> Vec<&'a EffectRecord> {
-    let keys = config.keys_used.lock().expect("keys lock").clone();
-    let json = intent.params_json();
-    records
-        .iter()
-        .filter(|r| keys.contains(&r.key.to_string()) && r.intent == json)
-        .collect()
-}
-
-#[allow(clippy::too_many_arguments)]
-fn result(
-    seed: u64,
-    strategy: Strategy,
-    plan: &EpisodePlan,
-    world: &World,
-    intent: &Intent,
-    progress: &Progress,
-    records: &[&EffectRecord],
-    counts: &BTreeMap<String, u64>,
-    started: Duration,
-) -> EffectResult {
-    let applied = world.mutations_of(&intent.intent_id).len() as u32;
-    let (end, ended_at) = progress.end.clone().unwrap_or((
-        Final::Unresolved {
-            reason: "never finished".into(),
-            escalation: None,
-        },
-        started,
-    ));
-    let (told, escalated, reason) = match &end {
-        Final::Success { .. } => (Told::Success, false, None),
-        Final::Failed { reason } => (Told::Failed, false, Some(reason.clone())),
-        Final::Unresolved { reason, escalation } => (
-            Told::Unresolved,
-            escalation.is_some(),
-            Some(unresolved_reason(reason, records)),
-        ),
-    };
-    EffectResult {
+    let judge = Judge {
         seed,
-        point: plan.point,
-        kind: plan.kind,
         strategy,
-        new_action: intent.new_action,
-        multiplicity: intent.slots,
-        applied,
-        told,
-        escalated,
-        reason,
-        latency_ms: progress
-            .started
-            .map(|s| ended_at.saturating_sub(s).as_millis() as u64),
-        ledger_ops: records
-            .iter()
-            .map(|r| counts.get(&r.key.to_string()).copied().unwrap_or(0))
-            .sum(),
-        ledger_state: records.first().map(|r| r.state),
-    }
-}
-
-/// Why an intent stayed unresolved, in the table's words: what the ledger's last
-/// observation said when it escalated, or the agent's own reason.
-fn unresolved_reason(agent_reason: &str, records: &[&EffectRecord]) -> String {
-    let escalated = records.iter().find(|r| r.is_escalated());
-    let Some(record) = escalated else {
-        return agent_reason.to_owned();
+        world: &world,
+        records: &records,
+        counts: &opcount::take(),
+        started,
     };
-    let detail = record
-        .observations
-        .last()
-        .map(|o| o.detail.as_str())
-        .unwrap_or_default();
-    let reason = record.escalation.as_ref().map(|e| e.reason);
-    match detail {
-        NO_LOOKUP => "no observation possible".into(),
-        HORIZON_PASSED => "horizon passed on an irreversible tool".into(),
-        _ if record.state == EffectState::UnknownAfterDispatch => {
-            format!("escalated ({reason:?}) after: {detail}")
-        }
-        _ => format!("escalated ({reason:?})"),
-    }
+    episodes
+        .iter()
+        .flat_map(|e| judge.episode(&e.plan, &e.config, &e.agent.report()))
+        .collect()
 }

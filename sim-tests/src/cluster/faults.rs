@@ -1,6 +1,7 @@
 //! Faults the harness injects into the cluster: process crashes and power failures of
 //! ledger nodes, isolation, partitions (both ways or one way), answers held on their way
-//! back to a client, and crashes of client machines.
+//! back to a client, crashes of client machines, and one node's clock going wrong (its
+//! wall clock stepped ahead or back, its oscillator drifting).
 //!
 //! Partitions act on the links between ledger machines only (clients keep reaching every
 //! node) unless they say otherwise; [`Cluster::heal`] undoes every one of them. Message
@@ -170,6 +171,31 @@ impl Cluster {
         NetSim::current().clog_node_out(self.members[&id].sim.id());
         self.trace
             .note(format!("node {id} muted (it still receives)"));
+    }
+
+    /// Steps node `id`'s wall clock by `delta_ms` (negative: back); its monotonic clock
+    /// and every other machine's clock go on as before.
+    pub fn step_wall_clock(&self, id: u64, delta_ms: i64) {
+        self.members[&id].clock.step_wall(delta_ms);
+        self.trace.note(format!(
+            "node {id}'s wall clock stepped {delta_ms:+} ms (now {:+} ms off)",
+            self.members[&id].clock.wall_error_ms()
+        ));
+    }
+
+    /// Makes node `id`'s oscillator run `ppm` parts per million fast (negative: slow).
+    pub fn drift_clock(&self, id: u64, ppm: i64) {
+        self.members[&id].clock.set_drift(ppm);
+        self.trace
+            .note(format!("node {id}'s clock drifts {ppm:+} ppm"));
+    }
+
+    /// Puts node `id`'s clock right again: no drift, its wall clock back at its usual
+    /// offset (as NTP would set it).
+    pub fn correct_clock(&self, id: u64) {
+        let member = &self.members[&id];
+        member.clock.correct(member.clock_offset_ms);
+        self.trace.note(format!("node {id}'s clock corrected"));
     }
 
     /// Restores every link between ledger machines and every machine's own links.

@@ -14,7 +14,10 @@
 //!   reach a minority leader; partitions split the ledger nodes into groups, both ways or
 //!   one way only ([`faults`]);
 //! - membership: spare machines start outside the cluster and are added (and members
-//!   removed) through the admin API while it serves ([`membership`]).
+//!   removed) through the admin API while it serves ([`membership`]);
+//! - clocks: each node reads a clock of its own over the simulator's single one
+//!   ([`SimClock`]), kept here like its disk: an offset from the start, a wall clock
+//!   stepped ahead or back, a drift ([`faults`]).
 //!
 //! The harness keeps each running node's [`LedgerNode`], so checkers read every replica's
 //! applied ledger directly ([`ReplicaView`]); clients run on separate simulated machines
@@ -26,6 +29,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use madsim::rand::{thread_rng, Rng};
 use madsim::runtime::{Handle, NodeHandle};
 use madsim::task::{JoinHandle, NodeId};
 
@@ -40,9 +44,11 @@ use crate::replica::ReplicaView;
 use crate::trace::Trace;
 use crate::wait;
 
+mod clock;
 mod faults;
 mod membership;
 
+pub use clock::SimClock;
 pub use faults::{kill_machine, restart_machine};
 
 /// How long a freshly formed cluster may take to elect its first leader.
@@ -59,10 +65,13 @@ pub fn client_retry() -> RetryPolicy {
     }
 }
 
-/// A ledger node's simulated machine, disk and, while it runs, its node handle.
+/// A ledger node's simulated machine, disk, clock and, while it runs, its node handle.
 struct Member {
     sim: NodeHandle,
     disk: Arc<SimDisk>,
+    clock: Arc<SimClock>,
+    /// The wall clock's offset from the simulator's when no fault is active (ms).
+    clock_offset_ms: i64,
     running: Arc<Mutex<Option<LedgerNode>>>,
 }
 
@@ -136,7 +145,12 @@ impl Cluster {
         let disk = Arc::new(SimDisk::new());
         let running: Arc<Mutex<Option<LedgerNode>>> = Arc::new(Mutex::new(None));
         let config = settings.node_config(id);
-        let (init_disk, init_running) = (disk.clone(), running.clone());
+        let clock_offset_ms = match settings.clock_offset_ms_max as i64 {
+            0 => 0,
+            max => thread_rng().gen_range(-max..=max),
+        };
+        let clock = SimClock::with_offset(clock_offset_ms);
+        let (init_disk, init_running, init_clock) = (disk.clone(), running.clone(), clock.clone());
         let sim = handle
             .create_node()
             .name(format!("ledger-{id}"))
@@ -145,8 +159,9 @@ impl Cluster {
                 let config = config.clone();
                 let disk: DiskRef = init_disk.clone();
                 let running = init_running.clone();
+                let clock: ledger_node::ClockRef = init_clock.clone();
                 async move {
-                    let node = ledger_node::start(&config, disk)
+                    let node = ledger_node::start_with_clock(&config, disk, clock)
                         .await
                         .unwrap_or_else(|e| panic!("node {id} cannot start: {e}"));
                     *running.lock().expect("member lock") = Some(node.clone());
@@ -158,7 +173,13 @@ impl Cluster {
                 }
             })
             .build();
-        Member { sim, disk, running }
+        Member {
+            sim,
+            disk,
+            clock,
+            clock_offset_ms,
+            running,
+        }
     }
 
     /// The run's trace of notable events.

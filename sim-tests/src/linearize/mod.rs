@@ -31,6 +31,22 @@ use search::{Search, Verdict};
 /// Model applications the search may make per effect before giving up undecided.
 const STEPS_MAX: u64 = 200_000;
 
+/// How far ledger time may stray from the simulator's clock, by which the window in which
+/// an operation can have been stamped is widened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClockSlack {
+    /// Ledger time behind the simulator's clock (ms). After every node restarted at once
+    /// no node measured the outage, and ledger time lags by it (`ledger_node::stamp_bound`).
+    pub lag_ms: u64,
+    /// Ledger time ahead of the simulator's clock (ms): zero while every node's clock is
+    /// right.
+    pub lead_ms: u64,
+}
+
+/// Largest lag of ledger time the checker allows: longer than any outage of a whole
+/// simulated cluster.
+pub const LAG_MS_MAX: u64 = 60_000;
+
 /// What the checker did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Checked {
@@ -45,8 +61,13 @@ pub struct Checked {
 }
 
 /// Checks every effect of `ops` whose writers were all recorded, against `view`'s final
-/// records; returns the violations and what was checked.
-pub fn check_linearizable(ops: &[Op], view: &ReplicaView) -> (Violations, Checked) {
+/// records, with ledger time allowed to stray from the simulator's clock by `slack`;
+/// returns the violations and what was checked.
+pub fn check_linearizable(
+    ops: &[Op],
+    view: &ReplicaView,
+    slack: ClockSlack,
+) -> (Violations, Checked) {
     let mut by_key: BTreeMap<&EffectKey, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         by_key.entry(&op.key).or_default().push(op);
@@ -60,7 +81,8 @@ pub fn check_linearizable(ops: &[Op], view: &ReplicaView) -> (Violations, Checke
             continue;
         }
         let count = ops.len();
-        match Search::new(ops.clone(), STEPS_MAX).run(&empty) {
+        let search = Search::new(ops.clone(), STEPS_MAX).with_clock_slack(slack);
+        match search.run(&empty) {
             Verdict::Linearizable => {
                 checked.linearizable += 1;
                 checked.operations += count;

@@ -5,7 +5,11 @@
 //! An operation may be linearized next when no other operation still to be linearized
 //! responded before it was invoked. A command is applied at a time between its
 //! invocation and its response and not before the previous command's time (the ledger's
-//! clock never goes back). A read leaves the clock where it is and says nothing about the
+//! clock never goes back). Invocation and response are read on the simulator's clock and
+//! the time a command is applied at is ledger time, the leader's stamp, which may lag the
+//! simulator's clock or, when the nodes' clocks are wrong, run a little ahead of it
+//! ([`ClockSlack`]): the window is widened by as much; the order of operations in real
+//! time is kept exactly. A read leaves the clock where it is and says nothing about the
 //! stamps of what follows it: the leader stamps a command when it proposes it, so a
 //! command stamped before a read began may still be applied after the read. A pending
 //! operation (no answer) may be linearized anywhere after its invocation, or never.
@@ -16,6 +20,7 @@ use ledger_core::{ClaimOutcome, Ledger, Outcome, ReconcileOutcome};
 
 use super::model::{read_form, same_outcome, sweep, translate};
 use super::oplog::{Answer, Call, Op};
+use super::ClockSlack;
 
 /// How the search ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +40,7 @@ pub struct Search<'a> {
     hints: BTreeSet<u64>,
     memo: BTreeSet<(Vec<u64>, u64, u64)>,
     steps_left: u64,
+    slack: ClockSlack,
 }
 
 impl<'a> Search<'a> {
@@ -63,7 +69,14 @@ impl<'a> Search<'a> {
             hints,
             memo: BTreeSet::new(),
             steps_left: steps,
+            slack: ClockSlack::default(),
         }
+    }
+
+    /// Lets ledger time lag or lead the simulator's clock by up to `slack`.
+    pub fn with_clock_slack(mut self, slack: ClockSlack) -> Self {
+        self.slack = slack;
+        self
     }
 
     /// Searches from `model` (the configured, empty ledger).
@@ -111,7 +124,7 @@ impl<'a> Search<'a> {
     fn successors(&self, i: usize, model: &Ledger, now_ms: u64) -> Vec<(Ledger, u64)> {
         let op = self.ops[i];
         let responded = op.answer.as_ref().map(|(at, _)| *at);
-        if responded.is_some_and(|at| at < now_ms) {
+        if responded.is_some_and(|at| at.saturating_add(self.slack.lead_ms) < now_ms) {
             return Vec::new();
         }
         let command_id_and_body = match &op.call {
@@ -155,8 +168,11 @@ impl<'a> Search<'a> {
     /// response, between which no outcome can change; for a pending command, also every
     /// stamp other answers reveal (it may have been a grant they saw).
     fn candidate_times(&self, op: &Op, model: &Ledger, now_ms: u64) -> Vec<u64> {
-        let earliest = now_ms.max(op.invoked_ms);
-        let latest = op.answer.as_ref().map_or(u64::MAX, |(at, _)| *at);
+        let earliest = now_ms.max(op.invoked_ms.saturating_sub(self.slack.lag_ms));
+        let latest = op
+            .answer
+            .as_ref()
+            .map_or(u64::MAX, |(at, _)| at.saturating_add(self.slack.lead_ms));
         if earliest > latest {
             return Vec::new();
         }

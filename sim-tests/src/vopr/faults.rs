@@ -11,7 +11,7 @@ use std::time::Duration;
 use madsim::net::NetSim;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
-use super::plan::{Chaos, FaultEvent};
+use super::plan::{Chaos, ClockFault, FaultEvent};
 use crate::cluster::Cluster;
 
 /// How long the members may take to agree on a leader after a fault is healed.
@@ -119,6 +119,20 @@ pub async fn inject(cluster: &Cluster, event: &FaultEvent, background: Option<Ch
         FaultEvent::ClockJump { secs } => {
             madsim::time::TimeHandle::current().advance(Duration::from_secs(*secs));
             trace.note(format!("every clock jumped {secs} s forward"));
+        }
+        FaultEvent::WrongClock {
+            fault,
+            leader,
+            hold_ms,
+        } => {
+            let node = victim(cluster, *leader).await;
+            match *fault {
+                ClockFault::Ahead { ms } => cluster.step_wall_clock(node, ms as i64),
+                ClockFault::Behind { ms } => cluster.step_wall_clock(node, -(ms as i64)),
+                ClockFault::Drift { ppm } => cluster.drift_clock(node, ppm),
+            }
+            hold(*hold_ms).await;
+            cluster.correct_clock(node);
         }
         FaultEvent::ReplaceMember => {
             let spare = cluster.all_ids().into_iter().max().expect("machines");

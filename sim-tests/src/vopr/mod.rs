@@ -13,11 +13,13 @@
 //! Then the fault schedule: partitions (symmetric, one-way, isolating or cutting off the
 //! leader, a muted node), bursts of loss and delay over a background of them, crashes and
 //! power failures (leader or not), clock jumps (which expire leases and horizons
-//! mid-operation), and a membership change under load. After healing, every client and
-//! agent finishes, and the run is verified: replicas identical, acknowledged transitions
-//! present, one live attempt, committed never reverts, histories linearizable per effect,
-//! and the providers' ground truth: no effect applied beyond its declared multiplicity,
-//! every "done" an agent heard backed by a real mutation.
+//! mid-operation), one node's clock going wrong (its wall clock days ahead or hours back,
+//! its oscillator drifting; the leader's, half the time), and a membership change under
+//! load; every node's wall clock starts a little off the others'. After healing, every
+//! client and agent finishes, and the run is verified: replicas identical, acknowledged
+//! transitions present, one live attempt, committed never reverts, histories linearizable
+//! per effect, and the providers' ground truth: no effect applied beyond its declared
+//! multiplicity, every "done" an agent heard backed by a real mutation.
 //!
 //! - [`plan`]: what the seed decides; [`faults`]: carrying out the schedule.
 
@@ -60,6 +62,9 @@ pub async fn scenario() -> RunOutcome {
     settings.spares = plan.spares;
     settings.raft.snapshot_after_logs = plan.snapshot_after_logs;
     settings.raft.logs_kept_after_snapshot = plan.snapshot_after_logs / 4;
+    settings.clock_skew_ms_max = plan::CLOCK_SKEW_MS_MAX;
+    settings.clock_offset_ms_max = plan.clock_offset_ms_max;
+    settings.ledger_time_lead_ms_max = plan.ledger_time_lead_ms_max();
     let run = Run::begin(settings).await;
     run.trace.note(plan.describe());
     let cluster = run.cluster.clone();

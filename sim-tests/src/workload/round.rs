@@ -102,6 +102,11 @@ impl Actor {
                 );
                 Step::Settled
             }
+            // The simulation never collects records, so a tombstone is a bug.
+            ClaimOutcome::Expired(expired) => {
+                self.anomaly(&key, format!("claim answered expired: {expired:?}"));
+                Step::Settled
+            }
         }
     }
 
@@ -277,6 +282,10 @@ impl Actor {
                 Step::Settled
             }
             Some(Ok(ReconcileOutcome::NotNeeded { .. })) => Step::Later,
+            Some(Ok(ReconcileOutcome::Expired(expired))) => {
+                self.anomaly(key, format!("reconcile answered expired: {expired:?}"));
+                Step::Settled
+            }
             Some(Err(e)) => {
                 self.anomaly(key, format!("begin_reconcile failed: {e}"));
                 Step::Later

@@ -46,7 +46,9 @@ impl ProviderKind {
 }
 
 /// The operator's policy for `kind`: its replay class, the provider's horizon for keyed
-/// tools, short leases (heartbeats keep a running dispatch alive) and small budgets.
+/// tools, short leases (heartbeats keep a running dispatch alive), small budgets, and the
+/// provider's declared processing bound: the time its adapter waits after the latest lease
+/// end (the ledger holds a not-found look-up to the same bound).
 pub fn world_policy(kind: ProviderKind) -> ToolPolicy {
     let class = match kind {
         ProviderKind::Refund => ReplayClass::KeyedIdempotent,
@@ -55,6 +57,11 @@ pub fn world_policy(kind: ProviderKind) -> ToolPolicy {
     };
     ToolPolicy {
         provider_horizon_ms: if kind.honours_key() { HORIZON_MS } else { 0 },
+        processing_ms_max: Some(if kind.honours_key() {
+            TRANSIT_MS_MAX
+        } else {
+            PROCESSING_MS_MAX
+        }),
         lease_ms: 3_000,
         lease_ms_max: 60_000,
         dispatch_attempts_max: 4,

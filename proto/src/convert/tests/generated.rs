@@ -85,6 +85,27 @@ proptest! {
     }
 
     #[test]
+    fn mutated_amends_never_panic(
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+        keep in any::<usize>(),
+    ) {
+        let bytes = pb::AmendRequest::new("c", declaration()).encode_to_vec();
+        if let Ok(request) = pb::AmendRequest::decode(mutate(bytes, &edits, keep).as_slice()) {
+            let _ = request.into_command(Caller::Operator);
+        }
+        let response = pb::AmendResponse::try_from(ledger_core::Outcome::Amended {
+            previous_hash: hash(1),
+            intent_hash: hash(2),
+            changed: true,
+        })
+        .expect("an amended outcome is an amend response");
+        let bytes = response.encode_to_vec();
+        if let Ok(response) = pb::AmendResponse::decode(mutate(bytes, &edits, keep).as_slice()) {
+            let _ = ledger_core::Outcome::try_from(response);
+        }
+    }
+
+    #[test]
     fn mutated_claims_never_panic(
         edits in prop::collection::vec((any::<usize>(), any::<u8>()), 1..6),
         keep in any::<usize>(),

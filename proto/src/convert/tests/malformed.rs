@@ -42,6 +42,7 @@ fn requests_without_required_messages_are_refused() {
         missing("declaration")
     );
     assert_eq!(refuse(pb::ClaimRequest::default()), missing("declaration"));
+    assert_eq!(refuse(pb::AmendRequest::default()), missing("declaration"));
     assert_eq!(refuse(pb::HeartbeatRequest::default()), missing("key"));
     assert_eq!(refuse(pb::BeginReconcileRequest::default()), missing("key"));
     assert_eq!(refuse(pb::PutTenantRequest::default()), missing("settings"));
@@ -224,6 +225,14 @@ fn malformed_records_are_refused() {
             |r| r.policy.as_mut().unwrap().class = 0,
             bad_enum("policy.class", 0),
         ),
+        (
+            |r| r.amendments[0].previous_hash.truncate(31),
+            bad_length("amendments[0].previous_hash", 31),
+        ),
+        (
+            |r| r.amendments[1].intent_hash.push(0),
+            bad_length("amendments[1].intent_hash", 33),
+        ),
     ];
     for (edit, expected) in cases {
         assert_eq!(edited_record(edit), Err(expected));
@@ -266,4 +275,63 @@ fn wire_errors_name_their_field() {
         error.to_string(),
         "conflict.stored_hash is 3 bytes, expected 32"
     );
+}
+
+#[test]
+fn malformed_amend_responses_are_refused() {
+    let good = pb::AmendResponse::try_from(Outcome::Amended {
+        previous_hash: hash(1),
+        intent_hash: hash(2),
+        changed: true,
+    })
+    .unwrap();
+    let short = pb::AmendResponse {
+        previous_hash: vec![1; 3],
+        ..good.clone()
+    };
+    assert_eq!(
+        Outcome::try_from(short),
+        Err(bad_length("previous_hash", 3))
+    );
+    let empty = pb::AmendResponse {
+        intent_hash: vec![],
+        ..good
+    };
+    assert_eq!(Outcome::try_from(empty), Err(bad_length("intent_hash", 0)));
+    assert_eq!(
+        Outcome::try_from(pb::AmendResponse::default()),
+        Err(bad_length("previous_hash", 0))
+    );
+}
+
+/// Out-of-range provider timing crosses the wire as sent and is refused by `apply` as a
+/// typed refusal, never a panic and never clamped into something the operator did not say.
+#[test]
+fn out_of_range_provider_timing_is_a_typed_refusal() {
+    use ledger_core::{CommandBody, Ledger, Refusal, TenantSettings};
+    let mut ledger = Ledger::new();
+    let put_tenant = pb::PutTenantRequest::new("t", "acme", TenantSettings::default())
+        .into_command(Caller::Operator)
+        .unwrap();
+    ledger.apply(&put_tenant, 1);
+    let edits: [fn(&mut pb::ToolPolicy); 4] = [
+        |p| p.processing_ms_max = Some(u64::MAX),
+        |p| p.visibility_lag_ms = u64::MAX,
+        |p| p.retry_window_ms = p.retention_ms + 1,
+        |p| p.target_fields = vec!["no-slash".into()],
+    ];
+    for (i, edit) in edits.into_iter().enumerate() {
+        let mut request =
+            pb::PutToolPolicyRequest::new("p", "acme", tool().tool_name(), tool_policy());
+        edit(request.policy.as_mut().unwrap());
+        request.command_id = format!("p-{i}");
+        let command = request.into_command(Caller::Operator).expect("well formed");
+        assert!(matches!(command.body, CommandBody::PutToolPolicy { .. }));
+        let outcome = ledger.apply(&command, 2);
+        assert!(
+            matches!(outcome, Outcome::Refused(Refusal::InvalidPolicy(_))),
+            "edit {i}: {outcome:?}"
+        );
+    }
+    assert!(ledger.tenant("acme").unwrap().tools.is_empty());
 }

@@ -6,6 +6,7 @@ use prost::Message;
 mod generated;
 mod malformed;
 mod round_trip;
+mod tombstones;
 
 /// `message` encoded and decoded again, as the peer sees it.
 fn via_wire<M: Message + Default>(message: &M) -> M {

@@ -36,6 +36,9 @@ fn values_round_trip() {
     round_trip::<_, pb::Grant>(&grant());
     round_trip::<_, pb::IntentConflict>(&conflict());
     round_trip::<_, pb::Unsettled>(&unsettled(None));
+    for amendment in amendments() {
+        round_trip::<_, pb::Amendment>(&amendment);
+    }
     for observation in observations() {
         round_trip::<_, pb::Observation>(&observation);
         round_trip::<_, pb::Unsettled>(&unsettled(Some(observation)));
@@ -65,6 +68,17 @@ fn every_enum_value_round_trips() {
 #[test]
 fn policies_and_tenants_round_trip() {
     round_trip::<_, pb::ToolPolicy>(&tool_policy());
+    // An undeclared processing bound stays undeclared, never a bound of 0.
+    let undeclared = ToolPolicy {
+        processing_ms_max: None,
+        ..tool_policy()
+    };
+    round_trip::<_, pb::ToolPolicy>(&undeclared);
+    let zero = ToolPolicy {
+        processing_ms_max: Some(0),
+        ..tool_policy()
+    };
+    round_trip::<_, pb::ToolPolicy>(&zero);
     round_trip::<_, pb::TenantSettings>(&TenantSettings::default());
     let tools: BTreeMap<ToolName, ToolPolicy> = CLASSES
         .iter()
@@ -80,6 +94,9 @@ fn policies_and_tenants_round_trip() {
     let config = TenantConfig {
         settings: TenantSettings {
             command_retention_ms: 42,
+            tombstone_retention_ms: 43,
+            live_records_max: 44,
+            stored_bytes_max: 45,
         },
         tools,
     };
@@ -130,6 +147,7 @@ fn through_response(outcome: &Outcome) -> Outcome {
         Outcome::Reconcile(_) => through::<pb::BeginReconcileResponse>(outcome),
         Outcome::Observed { .. } => through::<pb::ObserveResponse>(outcome),
         Outcome::Decided { .. } => through::<pb::DecideResponse>(outcome),
+        Outcome::Amended { .. } => through::<pb::AmendResponse>(outcome),
         Outcome::Swept { .. } | Outcome::Refused(_) => panic!("no response for {outcome:?}"),
     }
 }
@@ -206,6 +224,9 @@ fn bodies() -> Vec<CommandBody> {
             key: key(),
             holder: "rec-1".into(),
             lease_ms: None,
+        },
+        CommandBody::Amend {
+            declaration: declaration(),
         },
     ];
     let reports = [
@@ -317,6 +338,7 @@ fn through_request(id: &str, caller: Caller, body: CommandBody) -> Command {
             pb::DecideRequest::new(id, key, decision, operator, note),
             caller,
         ),
+        CommandBody::Amend { declaration } => read(pb::AmendRequest::new(id, declaration), caller),
         CommandBody::ExpireLeases { .. } | CommandBody::CollectGarbage { .. } => {
             panic!("sweeps are not sent over the ledger API")
         }

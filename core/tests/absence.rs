@@ -1,0 +1,280 @@
+//! "Not found proves nothing until nothing can still land" (DESIGN.md section 7): a
+//! not-committed observation settles an unknown effect only after the latest dispatch's
+//! lease end plus the provider's declared processing bound and visibility lag, and never
+//! for a provider that declares no bound. The ledger enforces it for every adapter.
+
+mod common;
+
+use common::*;
+use ledger_core::*;
+
+/// A ticket whose first dispatch ended unknown at once; returns its grant.
+fn unknown_ticket(h: &mut Harness, d: &Declaration) -> Grant {
+    let g = h.proceed(d);
+    h.unknown(d, g.fencing_token);
+    g
+}
+
+/// Begins a reconciliation and records a not-found look-up.
+fn not_found(h: &mut Harness, d: &Declaration) -> Outcome {
+    let r = h.reconcile_grant(d);
+    h.observe(d, r.fencing_token, ObservationResult::NotCommitted)
+}
+
+const STILL_UNKNOWN: Outcome = Outcome::Observed {
+    state: EffectState::UnknownAfterDispatch,
+    escalated: false,
+};
+
+const PROVEN_ABSENT: Outcome = Outcome::Observed {
+    state: EffectState::FailedBeforeEffect,
+    escalated: false,
+};
+
+#[test]
+fn not_found_before_processing_bound_proves_nothing() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = unknown_ticket(&mut h, &d);
+    // The holder reported at once, which ended its lease then.
+    let provable_at_ms = g.granted_at_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    // More look-ups than the observation budget (3): none counts, none escalates.
+    for _ in 0..5 {
+        assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+        h.advance(LEASE_MS);
+    }
+    assert!(h.now < provable_at_ms);
+    let rec = h.record(&d);
+    assert_eq!(rec.state, EffectState::UnknownAfterDispatch);
+    assert!(rec.ambiguous);
+    assert_eq!(rec.observations_in_budget, 0);
+    assert!(rec.escalation.is_none());
+    assert_eq!(rec.observations.len(), 5);
+    let last = rec.observations.last().unwrap();
+    assert_eq!(last.result, ObservationResult::NotCommitted);
+    assert!(
+        last.detail
+            .contains(&format!("proves nothing before {provable_at_ms} ms")),
+        "{}",
+        last.detail
+    );
+    assert_eq!(
+        rec.attempts.last().unwrap().outcome,
+        Some(AttemptOutcome::Observed)
+    );
+    assert!(matches!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::Reconcile(_))
+    ));
+}
+
+#[test]
+fn not_found_after_lease_end_plus_bound_plus_lag_proves_absence() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = unknown_ticket(&mut h, &d);
+    // The holder reported at once, which ended its lease then.
+    let provable_at_ms = g.granted_at_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    assert_eq!(h.record(&d).absence_provable_at_ms(), Some(provable_at_ms));
+    // One millisecond short: the dispatch might still become visible.
+    h.now = provable_at_ms - 1;
+    assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+    h.now = provable_at_ms;
+    assert_eq!(not_found(&mut h, &d), PROVEN_ABSENT);
+    let rec = h.record(&d);
+    assert!(!rec.ambiguous);
+    assert_eq!(
+        rec.observations.last().unwrap().detail,
+        "looked up by provider key"
+    );
+    assert_eq!(h.proceed(&d).provider_key, g.provider_key);
+}
+
+#[test]
+fn not_found_without_declared_bound_never_proves_absence() {
+    let mut h = Harness::new();
+    h.operator(CommandBody::PutToolPolicy {
+        tenant: TENANT.into(),
+        tool: ToolName {
+            provider: TICKET.0.into(),
+            name: TICKET.1.into(),
+        },
+        policy: ToolPolicy {
+            processing_ms_max: None,
+            ..policy(ReplayClass::UnkeyedCreate)
+        },
+    });
+    let d = ticket("t-1");
+    unknown_ticket(&mut h, &d);
+    assert_eq!(h.record(&d).absence_provable_at_ms(), None);
+    // However long everyone waits, a look-up is one more ambiguous observation.
+    h.advance(RETENTION_MS);
+    for i in 1..=3 {
+        let out = not_found(&mut h, &d);
+        assert_eq!(
+            out,
+            Outcome::Observed {
+                state: EffectState::UnknownAfterDispatch,
+                escalated: i == 3
+            }
+        );
+        h.advance(HORIZON_MS);
+    }
+    let rec = h.record(&d);
+    assert_eq!(
+        rec.escalation.as_ref().map(|e| e.reason),
+        Some(EscalationReason::ObservationBudgetSpent)
+    );
+    assert!(rec
+        .observations
+        .iter()
+        .all(|o| o.detail.contains("declares no processing bound")));
+    // A person may still decide it was not committed.
+    let out = h.operator(CommandBody::Decide {
+        key: d.key.clone(),
+        decision: Decision::NotCommitted,
+        operator: "ops:jane".into(),
+        note: "searched the provider console by hand".into(),
+    });
+    assert_eq!(
+        out,
+        Outcome::Decided {
+            state: EffectState::FailedBeforeEffect
+        }
+    );
+}
+
+#[test]
+fn heartbeat_extends_the_absence_deadline() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = h.proceed(&d);
+    let out = h.tenant(CommandBody::Heartbeat {
+        key: d.key.clone(),
+        fencing_token: g.fencing_token,
+        lease_ms: Some(5 * LEASE_MS),
+    });
+    let Outcome::LeaseExtended { lease_until_ms } = out else {
+        panic!("expected a longer lease, got {out:?}");
+    };
+    assert!(lease_until_ms > g.lease_until_ms);
+    // The holder vanishes: its extended lease runs out.
+    h.now = lease_until_ms;
+    h.expire();
+    assert_eq!(h.state(&d), EffectState::UnknownAfterDispatch);
+    let provable_at_ms = lease_until_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    assert_eq!(h.record(&d).absence_provable_at_ms(), Some(provable_at_ms));
+    // The deadline of the original lease is not enough.
+    h.now = g.lease_until_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+    h.now = provable_at_ms;
+    assert_eq!(not_found(&mut h, &d), PROVEN_ABSENT);
+}
+
+#[test]
+fn a_holders_report_ends_its_lease_for_the_deadline() {
+    // A holder sends nothing after it reported, so the deadline counts from the report,
+    // not from the end of a lease it no longer holds.
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = h.proceed(&d);
+    h.advance(LEASE_MS / 10);
+    let reported_at_ms = h.now;
+    h.unknown(&d, g.fencing_token);
+    let provable_at_ms = reported_at_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    assert!(provable_at_ms < g.lease_until_ms + PROCESSING_MS + VISIBILITY_LAG_MS);
+    assert_eq!(h.record(&d).absence_provable_at_ms(), Some(provable_at_ms));
+    h.now = provable_at_ms - 1;
+    assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+    h.now = provable_at_ms;
+    assert_eq!(not_found(&mut h, &d), PROVEN_ABSENT);
+}
+
+#[test]
+fn the_latest_dispatch_lease_sets_the_deadline() {
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g1 = h.proceed(&d);
+    h.unknown(&d, g1.fencing_token);
+    h.advance(2 * LEASE_MS);
+    // A keyed re-send inside the horizon, also lost; both holders reported at once.
+    let g2 = h.proceed(&d);
+    h.unknown(&d, g2.fencing_token);
+    let provable_at_ms = g2.granted_at_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    assert_eq!(h.record(&d).absence_provable_at_ms(), Some(provable_at_ms));
+    h.now = g1.granted_at_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+    h.now = provable_at_ms;
+    assert_eq!(not_found(&mut h, &d), PROVEN_ABSENT);
+}
+
+#[test]
+fn a_dispatch_whose_lease_ran_out_can_still_land_for_the_bound() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = h.proceed(&d);
+    h.advance(LEASE_MS);
+    h.expire();
+    assert_eq!(h.now, g.lease_until_ms);
+    assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+    h.advance_until_absence_provable(&d);
+    assert_eq!(not_found(&mut h, &d), PROVEN_ABSENT);
+}
+
+#[test]
+fn a_record_never_dispatched_has_nothing_that_could_land() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    h.tenant(CommandBody::Declare {
+        declaration: d.clone(),
+        slots: 1,
+    });
+    assert_eq!(h.record(&d).absence_provable_at_ms(), Some(0));
+}
+
+#[test]
+fn the_deadline_saturates_instead_of_overflowing() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    h.proceed(&d);
+    let mut rec = h.record(&d).clone();
+    rec.attempts[0].lease_until_ms = u64::MAX - 1;
+    assert_eq!(rec.absence_provable_at_ms(), Some(u64::MAX));
+}
+
+#[test]
+fn early_look_ups_beyond_the_limit_count_against_the_budget() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    h.proceed(&d);
+    // A dispatch that heartbeats to the longest lease keeps the deadline far away.
+    let token = h.record(&d).attempts[0].fencing_token;
+    h.tenant(CommandBody::Heartbeat {
+        key: d.key.clone(),
+        fencing_token: token,
+        lease_ms: Some(10 * LEASE_MS),
+    });
+    h.unknown(&d, token);
+    for _ in 0..limits::EARLY_NOT_FOUND_MAX {
+        assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
+    }
+    assert_eq!(h.record(&d).observations_in_budget, 0);
+    assert_eq!(
+        h.record(&d).early_not_found_observations(),
+        limits::EARLY_NOT_FOUND_MAX
+    );
+    // From now on each early look-up is an ambiguous observation like any other.
+    for i in 1..=3 {
+        let out = not_found(&mut h, &d);
+        assert_eq!(
+            out,
+            Outcome::Observed {
+                state: EffectState::UnknownAfterDispatch,
+                escalated: i == 3
+            }
+        );
+    }
+    let rec = h.record(&d);
+    assert_eq!(rec.observations_in_budget, 3);
+    assert!(rec.observations.last().unwrap().detail.contains("counted"));
+}
