@@ -30,10 +30,24 @@ impl Ledger {
         if let Err(refusal) = check_live(rec, token, kind, now) {
             return refusal.into();
         }
+        let lease_ms = lease_ms
+            .unwrap_or(rec.policy.lease_ms)
+            .clamp(1, rec.policy.lease_ms_max);
+        // A keyed re-send may not be kept dispatching past the point where it could reach
+        // the provider after its horizon: the holder is told its lease cannot run longer,
+        // and stops.
+        if let Some(deadline_ms) = rec
+            .resend_deadline_ms()
+            .filter(|_| kind == AttemptKind::Dispatch && rec.ambiguous)
+        {
+            if now.saturating_add(lease_ms) > deadline_ms {
+                return Refusal::LeaseExpired {
+                    lease_until_ms: deadline_ms,
+                }
+                .into();
+            }
+        }
         self.update(key, |rec, _| {
-            let lease_ms = lease_ms
-                .unwrap_or(rec.policy.lease_ms)
-                .clamp(1, rec.policy.lease_ms_max);
             let open = rec.open_attempt_mut().expect("checked live");
             open.lease_until_ms = open.lease_until_ms.max(now.saturating_add(lease_ms));
             let lease_until_ms = open.lease_until_ms;

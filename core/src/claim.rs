@@ -230,7 +230,15 @@ fn answer_claim(rec: &EffectRecord, now: u64) -> Answer {
     match effective_state(rec, now) {
         EffectState::NotStarted | EffectState::FailedBeforeEffect => Answer::Dispatch,
         EffectState::UnknownAfterDispatch => match rec.policy.class {
-            ReplayClass::KeyedIdempotent if rec.within_horizon(now) => Answer::Dispatch,
+            // A re-send must be able to run a whole lease and still reach the provider
+            // inside its horizon; later, only observation settles it.
+            ReplayClass::KeyedIdempotent
+                if rec
+                    .resend_deadline_ms()
+                    .is_some_and(|d| now.saturating_add(rec.policy.lease_ms) <= d) =>
+            {
+                Answer::Dispatch
+            }
             ReplayClass::KeyedIdempotent => {
                 Answer::Final(ClaimOutcome::HorizonPassed(unsettled(rec)))
             }
@@ -318,7 +326,12 @@ pub(crate) fn grant(
         rec.dispatches_in_budget += 1;
         rec.state = EffectState::InProgress;
     }
-    let lease_until_ms = now.saturating_add(lease_ms);
+    let mut lease_until_ms = now.saturating_add(lease_ms);
+    if kind == AttemptKind::Dispatch && rec.ambiguous {
+        if let Some(deadline_ms) = rec.resend_deadline_ms() {
+            lease_until_ms = lease_until_ms.min(deadline_ms.max(now.saturating_add(1)));
+        }
+    }
     rec.attempts.push(Attempt {
         attempt_id,
         kind,

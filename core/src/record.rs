@@ -304,6 +304,20 @@ impl EffectRecord {
         self.horizon_deadline_ms.is_some_and(|d| now_ms < d)
     }
 
+    /// Until when (ledger time, ms) a re-send of a keyed effect whose earlier dispatch is
+    /// unsettled may still be dispatching: the provider deduplicates the key only until
+    /// the horizon, and a request may take up to the declared processing bound to reach
+    /// it, so the re-send's lease must end that much before the horizon. `None` for a tool
+    /// that is not keyed, or before any dispatch. It applies to re-sends only: a first
+    /// dispatch starts the horizon.
+    pub fn resend_deadline_ms(&self) -> Option<u64> {
+        if self.policy.class != crate::policy::ReplayClass::KeyedIdempotent {
+            return None;
+        }
+        let horizon_ms = self.horizon_deadline_ms?;
+        Some(horizon_ms.saturating_sub(self.policy.processing_ms_max.unwrap_or(0)))
+    }
+
     /// The ledger time (ms) from which a look-up that finds nothing proves that no
     /// dispatch of this effect took effect (DESIGN.md section 7), or `None` when the
     /// policy declares no processing bound, so that no look-up can ever prove it.

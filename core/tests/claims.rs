@@ -141,6 +141,44 @@ fn keyed_idempotent_unknown_inside_the_horizon_may_resend_with_the_same_key() {
 }
 
 #[test]
+fn a_keyed_resend_must_reach_the_provider_inside_its_horizon() {
+    // A re-send may dispatch for a whole lease and then take the processing bound to
+    // reach the provider; it is granted only while both fit before the horizon, and its
+    // lease is never extended past that point.
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g1 = h.proceed(&d);
+    h.unknown(&d, g1.fencing_token);
+    let horizon_ms = g1
+        .horizon_deadline_ms
+        .expect("a keyed dispatch has a horizon");
+    let resend_deadline_ms = horizon_ms - PROCESSING_MS;
+    h.now = resend_deadline_ms - LEASE_MS + 1;
+    assert!(matches!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::HorizonPassed(_))
+    ));
+    let mut h = Harness::new();
+    let g1 = h.proceed(&d);
+    h.unknown(&d, g1.fencing_token);
+    h.now = resend_deadline_ms - LEASE_MS;
+    let g2 = h.proceed(&d);
+    assert!(g2.lease_until_ms <= resend_deadline_ms);
+    h.advance(LEASE_MS / 2);
+    let out = h.tenant(CommandBody::Heartbeat {
+        key: d.key.clone(),
+        fencing_token: g2.fencing_token,
+        lease_ms: Some(LEASE_MS),
+    });
+    assert_eq!(
+        out,
+        Outcome::Refused(Refusal::LeaseExpired {
+            lease_until_ms: resend_deadline_ms
+        })
+    );
+}
+
+#[test]
 fn irreversible_tools_need_confirmation_and_stop_at_a_person() {
     let mut h = Harness::new();
     let d = message("m-1");

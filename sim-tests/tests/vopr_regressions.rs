@@ -25,6 +25,13 @@
 //!   its promised processing time, and the line was appended twice. The simulated
 //!   providers now keep that promise on the wall clock: a look-up first applies every
 //!   request that has fallen due.
+//! - `keyed_resend_reaches_the_provider_inside_its_horizon` (seed 558): a refund's tool
+//!   server crashed mid-dispatch, a 26 s clock jump expired its lease, and the retry on
+//!   another instance was granted a keyed re-send 29 s into the provider's 30 s horizon;
+//!   the request reached the provider after the horizon, which had forgotten the key,
+//!   and the refund was applied twice. A keyed re-send is now granted only while a whole
+//!   lease plus the provider's processing bound fits before the horizon, and its lease is
+//!   never extended past that point.
 
 #![cfg(madsim)]
 
@@ -53,6 +60,12 @@ const CLOCK_JUMP_LOOKUP: Scenario = Scenario {
     default_seeds: &[847],
 };
 
+const KEYED_RESEND_HORIZON: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "keyed_resend_reaches_the_provider_inside_its_horizon",
+    default_seeds: &[558],
+};
+
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[test]
@@ -68,6 +81,11 @@ fn unkeyed_lookup_waits_until_every_send_could_have_landed() {
 #[test]
 fn lookup_after_a_clock_jump_sees_what_fell_due() {
     seeds::run(&CLOCK_JUMP_LOOKUP, scenario);
+}
+
+#[test]
+fn keyed_resend_reaches_the_provider_inside_its_horizon() {
+    seeds::run(&KEYED_RESEND_HORIZON, scenario);
 }
 
 /// The leader crashes and is restarted at once; whoever leads afterwards leads in a newer
