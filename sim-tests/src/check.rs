@@ -493,8 +493,8 @@ mod tests {
     use std::time::Duration;
 
     use ledger_core::{
-        Caller, Command, CommandBody, EffectState, ObservationResult, Outcome, ReceiptDigest,
-        Report, Tombstone,
+        Caller, Command, CommandBody, EffectState, Ledger, ObservationResult, Outcome,
+        ReceiptDigest, Report, Tombstone,
     };
 
     use super::{check_ack, check_ack_collected};
@@ -515,11 +515,9 @@ mod tests {
         }
     }
 
-    /// Found by `vopr` seed 282: a reconciler's committed fact that arrives once the
-    /// effect is already committed is answered "committed" and, by design, not recorded
-    /// (`core/src/reconcile.rs`); the checker once required it to be recorded.
-    #[test]
-    fn committed_fact_observed_after_commit_needs_no_recorded_observation() {
+    /// A ledger where effect `ack` was claimed by holder `h` at 1,000 ms and reported
+    /// with `report` at 1,100 ms; the grant `h` was told.
+    fn claimed_and_reported(report: Report) -> (Ledger, ledger_core::Grant) {
         let mut ledger = configured_ledger();
         let tenant = |id: &str, body| Command {
             command_id: id.into(),
@@ -540,11 +538,20 @@ mod tests {
         let report = CommandBody::Report {
             key: effect_key("ack"),
             fencing_token: grant.fencing_token,
-            report: Report::Committed {
-                receipt: "r".into(),
-            },
+            report,
         };
         ledger.apply(&tenant("r", report), 1_100);
+        (ledger, grant)
+    }
+
+    /// Found by `vopr` seed 282: a reconciler's committed fact that arrives once the
+    /// effect is already committed is answered "committed" and, by design, not recorded
+    /// (`core/src/reconcile.rs`); the checker once required it to be recorded.
+    #[test]
+    fn committed_fact_observed_after_commit_needs_no_recorded_observation() {
+        let (ledger, _) = claimed_and_reported(Report::Committed {
+            receipt: "r".into(),
+        });
         let record = ledger.get(&effect_key("ack"));
         let fact = observed(ObservationResult::Committed {
             receipt: "r".into(),
@@ -562,31 +569,9 @@ mod tests {
     /// (`core/src/attempt.rs`): the grant it was told is still the attempt on record.
     #[test]
     fn a_grant_whose_lease_its_holder_ended_by_reporting_is_on_record() {
-        let mut ledger = configured_ledger();
-        let tenant = |id: &str, body| Command {
-            command_id: id.into(),
-            caller: Caller::Tenant(TENANT.into()),
-            body,
-        };
-        let claim = CommandBody::Claim {
-            declaration: declaration("ack", ToolKind::Unkeyed),
-            holder: "h".into(),
-            lease_ms: None,
-            confirmation: None,
-        };
-        let Outcome::Claim(ledger_core::ClaimOutcome::Proceed(grant)) =
-            ledger.apply(&tenant("c", claim), 1_000)
-        else {
-            panic!("a first claim is granted");
-        };
-        let report = CommandBody::Report {
-            key: effect_key("ack"),
-            fencing_token: grant.fencing_token,
-            report: Report::Unknown {
-                reason: "timed out".into(),
-            },
-        };
-        ledger.apply(&tenant("r", report), 1_100);
+        let (ledger, grant) = claimed_and_reported(Report::Unknown {
+            reason: "timed out".into(),
+        });
         let granted = Ack {
             at: Duration::ZERO,
             client: "h".into(),

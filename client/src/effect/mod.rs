@@ -34,8 +34,8 @@ mod wait;
 use std::sync::Arc;
 
 use ledger_core::{
-    canonicalize, Declaration, EffectKey, EscalationReason, ExpiredEffect, IntentConflict, Refusal,
-    Unsettled,
+    canonicalize, Declaration, EffectKey, EscalationReason, ExpiredEffect, IntentConflict,
+    IntentHash, Refusal, Unsettled,
 };
 
 use crate::error::ClientError;
@@ -248,9 +248,7 @@ impl EffectRunner {
         declaration: &Declaration,
         slots: u32,
     ) -> Result<Vec<EffectKey>, ClientError> {
-        let hash = canonicalize(&declaration.intent_json, &[])
-            .map(|c| c.hash)
-            .unwrap_or_default();
+        let hash = intent_hash(declaration);
         let id = ids::declare(&declaration.key, slots, &hash);
         let (keys, _) = self.ledger.declare(&id, declaration.clone(), slots).await?;
         Ok(keys)
@@ -261,9 +259,7 @@ impl EffectRunner {
     /// ledger keeps the previous intent hash in the record. Otherwise the ledger refuses
     /// with [`Refusal::AmendNotAllowed`], and the stored intent stands.
     pub async fn amend(&self, declaration: &Declaration) -> Result<AmendOutcome, ClientError> {
-        let hash = canonicalize(&declaration.intent_json, &[])
-            .map(|c| c.hash)
-            .unwrap_or_default();
+        let hash = intent_hash(declaration);
         let id = ids::amend(&declaration.key, &hash, &self.next_invocation());
         self.ledger.amend(&id, declaration.clone()).await
     }
@@ -309,4 +305,12 @@ impl<'a> EffectRun<'a> {
         self.wait_in_flight_ms = wait_ms;
         self
     }
+}
+
+/// The hash of `declaration`'s intent, for command ids; an intent that cannot be
+/// canonicalised gets the default hash, and the ledger refuses it with the reason.
+fn intent_hash(declaration: &Declaration) -> IntentHash {
+    canonicalize(&declaration.intent_json, &[])
+        .map(|c| c.hash)
+        .unwrap_or_default()
 }
