@@ -10,7 +10,9 @@ use ledger_client::{ClientError, EffectCall, EffectOutcome, EffectRunner, RunErr
 use ledger_core::{canonicalize, EffectKey, EffectState, Refusal};
 
 use crate::confirm::Answer;
-use crate::providers::{Lookup, LookupKind};
+use ledger_providers::Search;
+
+use crate::providers::LookupKind;
 use crate::reply::{
     committed_body, conflict_body, expired_body, failure, finish, refusal, success, Finished,
 };
@@ -28,14 +30,14 @@ pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResp
     }
     let finished = match args {
         ToolArgs::Refund(a) => {
-            let lookup = Lookup::new(providers, LookupKind::Refund);
+            let lookup = providers.lookup(LookupKind::Refund);
             let result = once(call, call.effect(None), &lookup, |pk| async move {
                 providers.refund(&pk, a).await
             });
             finish(key, result.await)?
         }
         ToolArgs::CreateTicket(a) => {
-            let lookup = Lookup::new(providers, LookupKind::Ticket);
+            let lookup = providers.lookup(LookupKind::Ticket);
             let result = once(call, call.effect(None), &lookup, |pk| async move {
                 providers.create_ticket(&pk, a).await
             });
@@ -89,7 +91,7 @@ fn runner<'a>(call: &'a Call<'_>) -> &'a EffectRunner {
 async fn once<F, Fut>(
     call: &Call<'_>,
     effect: EffectCall,
-    lookup: &Lookup,
+    lookup: &Search,
     mut send: F,
 ) -> Result<EffectOutcome, RunError>
 where
@@ -117,7 +119,7 @@ fn answer(key: &EffectKey, finished: Finished) -> rmcp::model::CallToolResult {
 async fn deploy(call: &Call<'_>, a: &DeployArgs) -> Result<CallToolResponse, ErrorData> {
     let providers = &call.server.providers;
     let key = &call.declaration.key;
-    let lookup = Lookup::new(providers, LookupKind::Deploy);
+    let lookup = providers.lookup(LookupKind::Deploy);
     let result = once(call, call.effect(None), &lookup, |pk| async move {
         providers.start_deploy(&pk, a).await
     });
@@ -167,7 +169,7 @@ async fn send_message(call: &Call<'_>, a: &MessageArgs) -> Result<CallToolRespon
         Gate::Answer(response) => return Ok(response),
     };
     let providers = &call.server.providers;
-    let lookup = Lookup::new(providers, LookupKind::Message);
+    let lookup = providers.lookup(LookupKind::Message);
     let mut finished = Vec::new();
     for (key, to) in keys.iter().zip(&a.recipients) {
         let mut effect = call.effect(Some(confirmation.clone()));

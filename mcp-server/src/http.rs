@@ -78,25 +78,7 @@ where
         .map_err(|e| e.to_string())
 }
 
-/// Why an exchange gave no answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SendError {
-    /// Nothing left this process: no connection could be made.
-    #[error("not sent: {0}")]
-    NotSent(String),
-    /// The request may have reached the peer; what it did is unknown.
-    #[error("sent, no answer: {0}")]
-    AfterSend(String),
-}
-
-/// A status and a JSON body (`null` when the body is not JSON).
-#[derive(Debug, Clone, PartialEq)]
-pub struct JsonAnswer {
-    /// The HTTP status.
-    pub status: u16,
-    /// The body.
-    pub body: Value,
-}
+pub use ledger_providers::{JsonAnswer, SendError};
 
 /// Sends one JSON request to `addr` (`host:port`) and reads the answer, within
 /// `timeout_ms` for the whole exchange.

@@ -15,7 +15,8 @@
 //! - `effects`: each tool's effect, around the client library.
 //! - [`confirm`]: the user's confirmation as an `input_required` round trip.
 //! - [`reply`]: outcomes to tool results and MCP errors.
-//! - [`providers`]: provider calls, HTTP classification, reconciliation look-ups.
+//! - [`providers`]: each tool's provider requests over HTTP, and its look-ups (the
+//!   logic is `ledger-providers`', shared with the simulation).
 //! - [`fake`]: the fake providers (payments, help desk, messaging, deploys).
 //! - [`proxy`]: an HTTP proxy that loses answers on purpose.
 //! - [`agent`]: an MCP client as an agent runtime would use it.

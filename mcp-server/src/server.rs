@@ -25,7 +25,7 @@ use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, Too
 use crate::config::ServerConfig;
 use crate::confirm::Confirmations;
 use crate::meta::LedgerMeta;
-use crate::providers::ProviderClient;
+use crate::providers::Providers;
 use crate::tools::{ToolArgs, ToolSpec, CATALOGUE};
 
 /// Why a server could not start.
@@ -61,7 +61,7 @@ pub(crate) struct Inner {
     pub config: ServerConfig,
     tenants: Vec<Tenant>,
     policies: PolicyFile,
-    pub providers: ProviderClient,
+    pub providers: Providers,
     pub confirmations: Confirmations,
 }
 
@@ -128,8 +128,7 @@ impl ToolServer {
                 })
             })
             .collect::<Result<_, StartError>>()?;
-        let providers =
-            ProviderClient::new(config.provider_addr.clone(), config.provider_timeout_ms);
+        let providers = Providers::new(config.provider_addr.clone(), config.provider_timeout_ms);
         let confirmations = Confirmations::new(&config.request_state_key)?;
         Ok(ToolServer {
             inner: Arc::new(Inner {

@@ -4,10 +4,19 @@
 //! ledger protects. A keyed tool's provider deduplicates by provider key (a re-send
 //! returns the first result); an unkeyed one executes every send it gets, so a second
 //! send is a duplicate effect, which is exactly what the ledger exists to prevent. Clients
-//! send here when a grant tells them to, and reconcilers observe here.
+//! send here when a grant tells them to, and reconcilers observe here (the effect runner's
+//! through the shipped search of `ledger-providers`, [`Provider::lookup`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use ledger_client::reconcile::BoxFuture;
+use ledger_providers::{
+    JsonAnswer, Method, ProviderClient, ProviderRequest, ProviderTransport, Search, SearchSpec,
+    SendError,
+};
 
 /// What the provider holds for one provider key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +60,8 @@ impl Provider {
                 effect.receipt.clone()
             }
             None => {
-                let receipt = format!("receipt-{provider_key}");
+                let receipt = serde_json::json!({ "id": format!("receipt-{provider_key}") });
+                let receipt = receipt.to_string();
                 effects.insert(
                     provider_key.to_owned(),
                     ProviderEffect {
@@ -73,5 +83,48 @@ impl Provider {
     /// Everything the provider holds.
     pub fn effects(&self) -> BTreeMap<String, ProviderEffect> {
         self.lock().clone()
+    }
+
+    /// Its search by provider key, as `ledger-providers` looks effects up.
+    pub fn search_spec() -> SearchSpec {
+        SearchSpec::new(SEARCH_PATH, "effects")
+    }
+
+    /// The shipped look-up of effects at this provider.
+    pub fn lookup(&self) -> Search {
+        let client = ProviderClient::new(Arc::new(self.clone()));
+        Search::new(&client, Provider::search_spec())
+    }
+}
+
+/// Where the provider's search answers.
+const SEARCH_PATH: &str = "/effects?provider_key={provider_key}";
+
+/// The provider's far side of `ledger-providers`' transport: it answers its search (and
+/// nothing else; sends go through [`Provider::send`], where each test plans its faults).
+impl ProviderTransport for Provider {
+    fn send<'a>(
+        &'a self,
+        request: &'a ProviderRequest,
+    ) -> BoxFuture<'a, Result<JsonAnswer, SendError>> {
+        let prefix = SEARCH_PATH.trim_end_matches("{provider_key}");
+        let answer = match request.path.strip_prefix(prefix) {
+            Some(key) if request.method == Method::Get => {
+                let found: Vec<Value> = self
+                    .observe(key)
+                    .map(|r| serde_json::from_str(&r).unwrap_or(Value::String(r)))
+                    .into_iter()
+                    .collect();
+                JsonAnswer {
+                    status: 200,
+                    body: serde_json::json!({ "effects": found }),
+                }
+            }
+            _ => JsonAnswer {
+                status: 404,
+                body: serde_json::json!({ "error": "no such route" }),
+            },
+        };
+        Box::pin(async move { Ok(answer) })
     }
 }

@@ -13,12 +13,10 @@ use std::time::Duration;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 use tokio::time::Instant;
 
-use ledger_client::reconcile::BoxFuture;
 use ledger_client::{
-    AttemptInfo, ClientError, DispatchResult, EffectCall, EffectOutcome, EffectRunner, Observation,
-    ProviderAdapter, RunError, RunOptions,
+    AttemptInfo, ClientError, DispatchResult, EffectCall, EffectOutcome, EffectRunner, RunError,
+    RunOptions,
 };
-use ledger_core::EffectRecord;
 
 use crate::cluster::{ClientNode, Cluster};
 use crate::fixtures::{declaration, ToolKind, TENANT_KEY};
@@ -31,26 +29,6 @@ const WAIT_IN_FLIGHT_MS: u64 = 2_000;
 /// The lease each instance asks for: short, so that an answer held up by a partition
 /// can arrive after the lease it grants has run out.
 const RUNNER_LEASE_MS: u64 = 1_500;
-
-/// Looks effects up at the simulated provider by provider key.
-#[derive(Clone)]
-pub struct ProviderLookup(pub Provider);
-
-impl ProviderAdapter for ProviderLookup {
-    fn observe<'a>(&'a self, effect: &'a EffectRecord) -> BoxFuture<'a, Observation> {
-        Box::pin(async move {
-            match self.0.observe(&effect.provider_key) {
-                Some(receipt) => Observation::Committed {
-                    receipt,
-                    detail: "found by provider key".into(),
-                },
-                None => Observation::NotCommitted {
-                    detail: "no request with this provider key".into(),
-                },
-            }
-        })
-    }
-}
 
 /// One dispatch by a granted attempt: most sends commit, some answers are lost, some
 /// requests provably never leave.
@@ -141,7 +119,7 @@ impl Instance {
             confirmation: None,
         };
         let key = call.declaration.key.clone();
-        let adapter = ProviderLookup(self.provider.clone());
+        let adapter = self.provider.lookup();
         let provider = self.provider.clone();
         let outcome = self
             .runner

@@ -159,7 +159,9 @@ struct Actor {
     stats: ClientStats,
 }
 
-/// Ledger time: the simulated wall clock in milliseconds, as the leader stamps it.
+/// The simulator's wall clock in milliseconds. A leader whose clock is right stamps about
+/// this, but ledger time may run a bounded skew ahead of it and lag it by more than a lease
+/// (`ledger_node::stamp_bound`).
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -23,7 +23,6 @@ use ledger_sim_tests::cluster::Cluster;
 use ledger_sim_tests::fixtures::{declaration, effect_key, ClusterSettings, ToolKind, TENANT_KEY};
 use ledger_sim_tests::history::Answer;
 use ledger_sim_tests::provider::Provider;
-use ledger_sim_tests::runner::ProviderLookup;
 use ledger_sim_tests::scenario::Run;
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::wait;
@@ -56,7 +55,7 @@ async fn run_effect(runner: EffectRunner, provider: Provider) -> Result<EffectOu
         declaration: declaration(EFFECT, ToolKind::Unkeyed),
         confirmation: None,
     };
-    let adapter = ProviderLookup(provider.clone());
+    let adapter = provider.lookup();
     runner
         .effect(call)
         .reconcile_with(&adapter)

@@ -1,6 +1,9 @@
 //! Regressions found by the randomized simulation (`vopr`), each on the seed that found
-//! it. They run the same randomized scenario, so each seed replays the exact run that
-//! failed.
+//! it. They run the same randomized scenario on that seed. A later change to what a run
+//! draws (a new fault point, a new provider fault) moves a seed off the run that failed,
+//! and the seed then stays as one more random run; where the path itself matters, the
+//! test drives it directly (`restarted_leader_stands_for_election`), and the unit or
+//! client test named with each fix keeps the rule.
 //!
 //! - `restarted_leader_stands_for_election`: found by seed 2957 of the sweep (5 nodes).
 //!   The leader lost power holding one unsynced batch of log entries that its followers
@@ -16,9 +19,11 @@
 //!   grant for an unkeyed create reached its tool server late (the leader was cut off
 //!   while committing it), the send was slow at the provider, and reconciliation looked
 //!   the ticket up 15 s after the grant was stamped, 96 ms before the slow send landed:
-//!   "not found" allowed a second send, and two tickets. The provider adapter now waits
-//!   until the attempt's lease end plus the provider's worst-case processing time, since
-//!   `EffectRunner` never sends once its lease could have run out.
+//!   "not found" allowed a second send, and two tickets. A "not found" now proves absence
+//!   only after the latest attempt's lease end plus the provider's declared processing
+//!   bound and search lag (the runner waits for it and the ledger enforces it; see
+//!   `client/tests/edges.rs` and `core/tests/absence.rs`), since `EffectRunner` never
+//!   sends once its lease could have run out.
 //! - `lookup_after_a_clock_jump_sees_what_fell_due` (seed 847): an 11 s clock jump woke
 //!   a slow append (due 5.9 s earlier) and the adapter's look-up at the same instant; the
 //!   scheduler ran the look-up first, so "not found" came from a provider already past
@@ -32,6 +37,14 @@
 //!   and the refund was applied twice. A keyed re-send is now granted only while a whole
 //!   lease plus the provider's processing bound fits before the horizon, and its lease is
 //!   never extended past that point.
+//! - `workload_times_its_leases_on_its_own_clock` (seed 8287): a 45 s clock jump caught
+//!   an entry on its way to the followers; they anchored ledger time on its stamp when it
+//!   arrived, after the jump, and ledger time lagged the simulator's clock by 45 s from
+//!   then on (as designed: a follower cannot tell a late delivery from a leader whose time
+//!   lags). The workload clients compared `lease_until_ms` with the simulator's wall
+//!   clock, found every grant over on arrival, reported "not sent" and claimed again until
+//!   the dispatch budget was spent: six effects escalated. They now time a lease as
+//!   `EffectRunner` does, by its length on their own clock from the claim.
 
 #![cfg(madsim)]
 
@@ -66,6 +79,12 @@ const KEYED_RESEND_HORIZON: Scenario = Scenario {
     default_seeds: &[558],
 };
 
+const LAGGING_LEDGER_TIME: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "workload_times_its_leases_on_its_own_clock",
+    default_seeds: &[8287],
+};
+
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[test]
@@ -86,6 +105,11 @@ fn lookup_after_a_clock_jump_sees_what_fell_due() {
 #[test]
 fn keyed_resend_reaches_the_provider_inside_its_horizon() {
     seeds::run(&KEYED_RESEND_HORIZON, scenario);
+}
+
+#[test]
+fn workload_times_its_leases_on_its_own_clock() {
+    seeds::run(&LAGGING_LEDGER_TIME, scenario);
 }
 
 /// The leader crashes and is restarted at once; whoever leads afterwards leads in a newer

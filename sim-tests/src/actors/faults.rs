@@ -29,6 +29,8 @@ pub enum SendPlan {
     LostResponse,
     /// The provider takes this long (ms) to apply it.
     Slow(u64),
+    /// The provider applies it, then fails and answers 503.
+    FailAfterCommit,
     /// The provider applies it and answers; the instance dies before using the answer.
     CrashAfterMutate,
 }
@@ -40,6 +42,7 @@ impl SendPlan {
             SendPlan::ProviderCrash => SendFault::CrashBeforeMutate,
             SendPlan::LostResponse => SendFault::LostResponse,
             SendPlan::Slow(ms) => SendFault::Slow(ms),
+            SendPlan::FailAfterCommit => SendFault::FailAfterCommit,
             SendPlan::CrashBeforeSend | SendPlan::CrashAfterMutate => SendFault::None,
         }
     }

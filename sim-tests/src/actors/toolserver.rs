@@ -3,25 +3,31 @@
 //!
 //! An [`Instance`] is a machine and its current incarnation. The ledger strategy runs the
 //! client library's `EffectRunner` (claim, dispatch with the attempt's provider key,
-//! heartbeats, report, waiting, reconciliation through [`WorldAdapter`]), under a holder
-//! name that changes with every restart, as a real instance's would. The baselines send
-//! straight to the provider with the key their strategy prescribes.
+//! heartbeats, report, waiting, reconciliation) under a holder name that changes with
+//! every restart, as a real instance's would, and reaches the providers through the
+//! shipped edge: `ledger-providers`' [`ProviderClient`] classifies each answer and its
+//! searches look effects up, over a transport ([`Sends`]) whose far side is the world
+//! ([`crate::world::edge`]). The baselines send straight to the provider with the key
+//! their strategy prescribes.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ledger_client::reconcile::BoxFuture;
 use ledger_client::{
-    effect_key, AttemptInfo, ClientError, DispatchResult, EffectCall, EffectOutcome, EffectRunner,
-    KeySource, LedgerClient, ReconcileOptions, RunOptions,
+    effect_key, ClientError, EffectCall, EffectOutcome, EffectRunner, KeySource, LedgerClient,
+    ReconcileOptions, RunOptions,
 };
 use ledger_core::{Authority, Declaration, EffectKey, Refusal};
+use ledger_providers::{JsonAnswer, ProviderClient, ProviderTransport, SendError};
 
 use super::faults::{EpisodeFaults, SendPlan};
 use super::{Intent, KeyMode, Strategy, ToolReply, AGENT_NAMESPACE, INSTANCE_DOWN_MS};
 use crate::cluster::{client_retry, ClientNode};
 use crate::fixtures::{TENANT, TENANT_KEY};
-use crate::world::{ProviderReply, ProviderRequest, SendFault, World, WorldAdapter};
+use crate::world::edge;
+use crate::world::{ProviderReply, ProviderRequest, SendFault, World};
 
 /// Lease of a dispatch attempt; heartbeats extend it every third.
 const LEASE_MS: u64 = 3_000;
@@ -153,7 +159,12 @@ impl ToolServer {
     pub async fn handle(self: Arc<Self>, intent: Intent, instance: Instance) -> ToolReply {
         match (self.strategy, &self.runner) {
             (Strategy::Ledger(mode), Some(runner)) => {
-                self.via_ledger(runner, &intent, mode, &instance).await
+                let sends = Sends {
+                    server: self.clone(),
+                    instance,
+                };
+                let providers = ProviderClient::new(Arc::new(sends));
+                self.via_ledger(runner, &intent, mode, &providers).await
             }
             _ => self.direct(&intent, &instance).await,
         }
@@ -214,6 +225,11 @@ impl ToolServer {
                         reason: format!("{status}: {reason}"),
                     }
                 }
+                Ok(ProviderReply::Failed { status, reason }) => {
+                    return ToolReply::Ambiguous {
+                        reason: format!("{status}: {reason}"),
+                    }
+                }
                 Err(reason) => return ToolReply::Ambiguous { reason },
             }
         }
@@ -225,7 +241,7 @@ impl ToolServer {
         runner: &EffectRunner,
         intent: &Intent,
         mode: KeyMode,
-        instance: &Instance,
+        providers: &ProviderClient,
     ) -> ToolReply {
         let declaration = match declaration(intent, mode) {
             Ok(d) => d,
@@ -254,6 +270,7 @@ impl ToolServer {
             .expect("keys lock")
             .extend(keys.iter().map(ToString::to_string));
         let mut receipts = Vec::new();
+        let mut unsettled = None;
         for (slot, key) in (0..).zip(keys) {
             let call = EffectCall {
                 declaration: Declaration {
@@ -265,12 +282,16 @@ impl ToolServer {
                     .needs_confirmation()
                     .then(|| "confirmed by the user".into()),
             };
-            match self.run_slot(runner, call, intent, slot, instance).await {
+            // Every slot runs, as the MCP example's `send_message` runs every recipient:
+            // one that cannot be settled now does not keep the others from being sent.
+            match self.run_slot(runner, call, intent, slot, providers).await {
                 ToolReply::Ok { receipts: r } => receipts.extend(r),
-                other => return other,
+                other => {
+                    unsettled.get_or_insert(other);
+                }
             }
         }
-        ToolReply::Ok { receipts }
+        unsettled.unwrap_or(ToolReply::Ok { receipts })
     }
 
     async fn run_slot(
@@ -279,28 +300,32 @@ impl ToolServer {
         call: EffectCall,
         intent: &Intent,
         slot: u32,
-        instance: &Instance,
+        providers: &ProviderClient,
     ) -> ToolReply {
-        let adapter = WorldAdapter {
-            world: self.world.clone(),
-            kind: intent.kind,
-        };
+        let adapter = intent.kind.adapter(providers);
         let reconcile = ReconcileOptions {
             rounds_max: 2,
             round_interval_ms: 500,
-            // The attempt's lease is both together (25 s): it covers the adapter's own
-            // wait for a trustworthy look-up (the latest lease end plus the provider's
-            // processing bound) and a further wait the runner may add before a "not
-            // found" proves absence.
+            // The attempt's lease is both together (25 s): it covers the runner's wait
+            // for a "not found" to prove absence (the latest lease end plus the
+            // provider's processing bound and search lag).
             lease_ms: 5_000,
             absence_wait_ms_max: 20_000,
         };
         let outcome = runner
             .effect(call)
-            .reconcile_with(&adapter)
+            .reconcile_with(adapter.as_ref())
             .reconcile_options(reconcile)
             .wait_in_flight(WAIT_IN_FLIGHT_MS)
-            .run(|attempt| self.dispatch(attempt, intent, slot, instance))
+            .run(|attempt| {
+                let (path, key, body) = edge::create_request(
+                    intent.kind,
+                    &intent.slot_intent_id(slot),
+                    &slot_params(intent, slot),
+                    &attempt.provider_key,
+                );
+                async move { providers.create(path, key.as_deref(), body).await }
+            })
             .await;
         match outcome {
             Ok(EffectOutcome::Done { receipt } | EffectOutcome::Replayed { receipt }) => {
@@ -323,31 +348,33 @@ impl ToolServer {
             },
         }
     }
+}
 
-    async fn dispatch(
-        &self,
-        attempt: AttemptInfo,
-        intent: &Intent,
-        slot: u32,
-        instance: &Instance,
-    ) -> DispatchResult {
-        let request = ProviderRequest {
-            kind: intent.kind,
-            intent_id: intent.slot_intent_id(slot),
-            params: slot_params(intent, slot),
-            idempotency_key: intent
-                .kind
-                .honours_key()
-                .then(|| attempt.provider_key.clone()),
-            reference: Some(attempt.provider_key),
-        };
-        match self.send(request, instance).await {
-            Ok(ProviderReply::Done { receipt, .. }) => DispatchResult::Committed { receipt },
-            Ok(ProviderReply::Rejected { status, reason }) => DispatchResult::NotCommitted {
-                proof: format!("the provider refused it ({status}: {reason})"),
-            },
-            Err(reason) => DispatchResult::Unknown { reason },
-        }
+/// The ledger path's transport: a creating request is one planned send of the episode
+/// (with its faults, and crashes of `instance`), a read is a search of the world.
+struct Sends {
+    server: Arc<ToolServer>,
+    instance: Instance,
+}
+
+impl ProviderTransport for Sends {
+    fn send<'a>(
+        &'a self,
+        request: &'a ledger_providers::ProviderRequest,
+    ) -> BoxFuture<'a, Result<JsonAnswer, SendError>> {
+        Box::pin(async move {
+            if edge::is_read(request) {
+                return Ok(self.server.world.search(&request.path));
+            }
+            let request = match edge::world_request(request) {
+                Ok(request) => request,
+                Err(refused) => return Ok(refused),
+            };
+            match self.server.send(request, &self.instance).await {
+                Ok(reply) => Ok(edge::answer_of(reply)),
+                Err(reason) => Err(SendError::AfterSend(reason)),
+            }
+        })
     }
 }
 

@@ -17,7 +17,9 @@ use super::plan::EpisodePlan;
 use crate::actors::agent::Progress;
 use crate::actors::toolserver::ServerConfig;
 use crate::actors::{Final, Intent, Strategy};
-use crate::world::{ProviderKind, World, HORIZON_PASSED, NO_LOOKUP};
+use ledger_providers::{HORIZON_PASSED, NO_LOOKUP};
+
+use crate::world::{ProviderKind, World};
 
 /// The ledger records of `intent`: used by its episode, declared with its intent (for a
 /// multi-slot intent, one per slot).

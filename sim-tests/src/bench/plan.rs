@@ -47,6 +47,8 @@ pub enum FaultPoint {
     ReceivedNotApplied,
     /// The provider applied it; its answer was lost.
     AppliedAnswerLost,
+    /// The provider applied it, then failed and answered 503.
+    AppliedThenError,
     /// The tool server got the answer; the agent did not.
     AnswerLostToAgent,
     /// The agent cancels the call while the provider is processing it.
@@ -74,10 +76,11 @@ pub enum FaultPoint {
 
 impl FaultPoint {
     /// Every fault point, in table order.
-    pub const ALL: [FaultPoint; 12] = [
+    pub const ALL: [FaultPoint; 13] = [
         FaultPoint::BeforeDispatch,
         FaultPoint::ReceivedNotApplied,
         FaultPoint::AppliedAnswerLost,
+        FaultPoint::AppliedThenError,
         FaultPoint::AnswerLostToAgent,
         FaultPoint::DuringCancellation,
         FaultPoint::AgentTimeout,
@@ -95,6 +98,7 @@ impl FaultPoint {
             FaultPoint::BeforeDispatch => "before-dispatch",
             FaultPoint::ReceivedNotApplied => "received-not-applied",
             FaultPoint::AppliedAnswerLost => "applied-answer-lost",
+            FaultPoint::AppliedThenError => "applied-then-5xx",
             FaultPoint::AnswerLostToAgent => "answer-lost-to-agent",
             FaultPoint::DuringCancellation => "during-cancellation",
             FaultPoint::AgentTimeout => "agent-timeout",
@@ -181,6 +185,9 @@ fn faults_for(point: FaultPoint, rng: &mut SplitMix) -> FaultPlan {
         FaultPoint::AppliedAnswerLost | FaultPoint::ModelRepair | FaultPoint::IntendedNewEffect => {
             plan.sends.insert(1, SendPlan::LostResponse);
         }
+        FaultPoint::AppliedThenError => {
+            plan.sends.insert(1, SendPlan::FailAfterCommit);
+        }
         FaultPoint::AnswerLostToAgent => {
             plan.calls.insert(1, CallPlan::LostReply);
         }
@@ -219,6 +226,7 @@ fn mixed(plan: &mut FaultPlan, rng: &mut SplitMix) {
         SendPlan::LostResponse,
         SendPlan::Slow(rng.range(11_000, 14_000)),
         SendPlan::CrashAfterMutate,
+        SendPlan::FailAfterCommit,
     ];
     let second_sends = [
         SendPlan::LostResponse,
@@ -238,7 +246,7 @@ fn mixed(plan: &mut FaultPlan, rng: &mut SplitMix) {
         let pick = boundaries.remove(rng.range(0, boundaries.len() as u64) as usize);
         match pick {
             0 => {
-                let f = first_sends[rng.range(0, 5) as usize];
+                let f = first_sends[rng.range(0, first_sends.len() as u64) as usize];
                 plan.sends.insert(1, f);
             }
             1 => {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use madsim::rand::{thread_rng, Rng};
+use tokio::time::Instant;
 
 use ledger_client::ClientError;
 use ledger_core::{
@@ -40,6 +41,9 @@ impl Actor {
                 confirmation: None,
             }),
         };
+        // A grant is stamped after its claim reaches the leader, so its lease runs for at
+        // least its length from here (from the first send, when the claim is re-sent).
+        let asked_at = Instant::now();
         let claimed = self
             .recorded(
                 &key,
@@ -66,7 +70,7 @@ impl Actor {
                     grant: grant.clone(),
                 };
                 self.history.record(&self.name, &key, answer);
-                self.dispatch(&key, tool, grant).await
+                self.dispatch(&key, tool, grant, asked_at).await
             }
             ClaimOutcome::Replay { receipt } => {
                 self.history
@@ -121,8 +125,21 @@ impl Actor {
 
     /// Sends to the provider if the lease allows, without an `.await` between the lease
     /// check and the send, and returns the receipt if the provider executed it.
-    fn send_within_lease(&self, grant: &Grant, tool: ToolKind) -> Option<String> {
-        if wall_clock_ms() + SEND_MARGIN_MS >= grant.lease_until_ms {
+    ///
+    /// The lease is timed as `EffectRunner` times it: its granted length, on this client's
+    /// monotonic clock, from `asked_at` (when the claim was sent). Comparing
+    /// `lease_until_ms` with the wall clock would take ledger time for the simulator's
+    /// clock, and ledger time may lag it by more than a lease (a follower anchors on a
+    /// stamp that reached it late, `ledger_node::stamp_bound`): every grant would look
+    /// over on arrival.
+    fn send_within_lease(
+        &self,
+        grant: &Grant,
+        asked_at: Instant,
+        tool: ToolKind,
+    ) -> Option<String> {
+        let lease_ms = grant.lease_until_ms.saturating_sub(grant.granted_at_ms);
+        if asked_at.elapsed().as_millis() as u64 + SEND_MARGIN_MS >= lease_ms {
             return None;
         }
         Some(
@@ -131,7 +148,13 @@ impl Actor {
         )
     }
 
-    async fn dispatch(&mut self, key: &EffectKey, tool: ToolKind, grant: Grant) -> Step {
+    async fn dispatch(
+        &mut self,
+        key: &EffectKey,
+        tool: ToolKind,
+        grant: Grant,
+        asked_at: Instant,
+    ) -> Step {
         let latency_ms = thread_rng().gen_range(1..=30);
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
         let roll = thread_rng().gen_range(0..100);
@@ -139,13 +162,13 @@ impl Actor {
             // The tool server dies mid-dispatch, having sent or not; its successor has a
             // new holder name and comes back to the effect later.
             if thread_rng().gen_bool(0.5) {
-                self.send_within_lease(&grant, tool);
+                self.send_within_lease(&grant, asked_at, tool);
             }
             self.incarnation += 1;
             return Step::Later;
         }
         let Some(receipt) = (match thread_rng().gen_range(0..100) {
-            0..80 => self.send_within_lease(&grant, tool).map(Some),
+            0..80 => self.send_within_lease(&grant, asked_at, tool).map(Some),
             _ => Some(None),
         }) else {
             let proof = "lease nearly over: not sent".to_string();

@@ -5,15 +5,21 @@
 //! |---|---|---|
 //! | `refund` | strong: honours an idempotency key within its horizon; a key reused with other parameters is refused (409), as Stripe does | refunds listed by the metadata reference, at any time |
 //! | `wire` | strong but naive: honours a key within its horizon and replays the first result whatever the parameters | by key, only within the horizon |
-//! | `ticket` | weak: creates a ticket per request, no key; stores an external reference | by external reference |
-//! | `append` | weak: appends a line per request; the line carries a reference | by scanning the lines |
+//! | `ticket` | weak: creates a ticket per request, no key; stores an external reference | by external reference, [`SEARCH_LAG_MS`] behind writes |
+//! | `append` | weak: appends a line per request; the line carries a reference | by scanning the lines, [`SEARCH_LAG_MS`] behind writes |
 //! | `message` | weak: sends a message per request, no key, no reference | none |
 //!
 //! Every mutation records the intended effect it belongs to (`intent_id`: what a person
 //! reading the provider's state would recognise, such as the message text), never the key
 //! a strategy sent, so the checkers and the benchmark count effects per intent whatever
 //! the keys. Requests are processed on a provider machine of their own: a caller that
-//! crashes or gives up does not stop a request already sent.
+//! crashes or gives up does not stop a request already sent. A request can meet a fault
+//! ([`SendFault`]): the provider crashes before applying it, applies it late (within its
+//! declared processing bound), loses the answer, or applies it and answers 503.
+//!
+//! The ledger's tool servers reach the providers through the shipped edge
+//! (`ledger-providers`: classification and searches), whose far side is [`edge`]; the
+//! baselines send [`ProviderRequest`]s directly.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,13 +27,14 @@ use std::time::Duration;
 
 use crate::cluster::ClientNode;
 
-mod adapter;
 mod check;
+pub mod edge;
+mod policy;
 mod provider;
 
-pub use adapter::{world_policy, WorldAdapter, HORIZON_PASSED};
 pub use check::check_world;
-pub use provider::{Lookup, ProviderReply, ProviderRequest, SendFault, NO_LOOKUP};
+pub use policy::world_policy;
+pub use provider::{Lookup, ProviderReply, ProviderRequest, SendFault};
 
 /// How long a keyed provider honours an idempotency key (and, for `wire`, can look it
 /// up) after it first saw it.
@@ -35,6 +42,8 @@ pub const HORIZON_MS: u64 = 30_000;
 /// The longest a provider may take to apply a request it received (its documented
 /// worst case); a look-up sooner than this after a send may miss a request still queued.
 pub const PROCESSING_MS_MAX: u64 = 15_000;
+/// How long the help desk's and the append log's searches lag behind their writes.
+pub const SEARCH_LAG_MS: u64 = 2_000;
 /// How long a tool server waits for a provider's answer before calling it unknown.
 pub const PROVIDER_TIMEOUT_MS: u64 = 16_000;
 
@@ -78,6 +87,15 @@ impl ProviderKind {
     pub fn honours_key(self) -> bool {
         matches!(self, ProviderKind::Refund | ProviderKind::Wire)
     }
+
+    /// How long after applying an effect its search starts to show it (the weak
+    /// providers' searches are eventually consistent; their policies declare it).
+    pub fn visibility_lag_ms(self) -> u64 {
+        match self {
+            ProviderKind::Ticket | ProviderKind::Append => SEARCH_LAG_MS,
+            _ => 0,
+        }
+    }
 }
 
 /// One mutation the provider applied.
@@ -95,6 +113,8 @@ pub struct Mutation {
     pub receipt: String,
     /// Simulated time it was applied.
     pub at: Duration,
+    /// Wall-clock time (ms) from which the provider's search shows it.
+    pub visible_from_ms: u64,
 }
 
 /// A key a keyed provider has seen.

@@ -45,6 +45,8 @@ pub enum SendFault {
     LostResponse,
     /// Applied after this long (ms), then answered.
     Slow(u64),
+    /// Applied, then the provider failed and answered 503.
+    FailAfterCommit,
 }
 
 /// A provider's answer.
@@ -59,6 +61,13 @@ pub enum ProviderReply {
     },
     /// Refused without applying anything (4xx).
     Rejected {
+        /// The status code.
+        status: u16,
+        /// Why.
+        reason: String,
+    },
+    /// Failed with a server error (5xx): whether it applied is not said.
+    Failed {
         /// The status code.
         status: u16,
         /// Why.
@@ -161,10 +170,17 @@ impl World {
                     .expect("a pending request is applied once"),
             }
         };
-        (fault != SendFault::LostResponse).then_some(ProviderReply::Done {
-            receipt,
-            deduplicated: false,
-        })
+        match fault {
+            SendFault::LostResponse => None,
+            SendFault::FailAfterCommit => Some(ProviderReply::Failed {
+                status: 503,
+                reason: "applied, then the provider failed".into(),
+            }),
+            _ => Some(ProviderReply::Done {
+                receipt,
+                deduplicated: false,
+            }),
+        }
     }
 
     /// A keyed request whose key is live: the answer it gets without applying. Records
@@ -220,13 +236,14 @@ impl World {
         let mut state = self.lock();
         apply_due(&mut state, wall_clock_ms());
         let state = state;
+        let now = wall_clock_ms();
         let by_reference = || {
             state
                 .mutations
                 .get(&kind)
                 .into_iter()
                 .flatten()
-                .find(|m| m.reference.as_deref() == Some(reference))
+                .find(|m| m.reference.as_deref() == Some(reference) && m.visible_from_ms <= now)
                 .map(|m| m.receipt.clone())
         };
         let entry = state.keys.get(&(kind, key.to_owned()));
@@ -238,27 +255,24 @@ impl World {
                 },
                 (None, _) => Lookup::NotFound,
             },
-            ProviderKind::Wire => {
-                let now = wall_clock_ms();
-                match entry.filter(|e| now < e.first_seen_ms + HORIZON_MS) {
-                    Some(KeyEntry {
-                        receipt: Some(receipt),
-                        ..
-                    }) => Lookup::Found {
-                        receipt: receipt.clone(),
-                    },
-                    Some(_) => Lookup::Unknown {
-                        detail: "a transfer with this key is still being processed".into(),
-                    },
-                    None => Lookup::NotFound,
-                }
-            }
+            ProviderKind::Wire => match entry.filter(|e| now < e.first_seen_ms + HORIZON_MS) {
+                Some(KeyEntry {
+                    receipt: Some(receipt),
+                    ..
+                }) => Lookup::Found {
+                    receipt: receipt.clone(),
+                },
+                Some(_) => Lookup::Unknown {
+                    detail: "a transfer with this key is still being processed".into(),
+                },
+                None => Lookup::NotFound,
+            },
             ProviderKind::Ticket | ProviderKind::Append => match by_reference() {
                 Some(receipt) => Lookup::Found { receipt },
                 None => Lookup::NotFound,
             },
             ProviderKind::Message => Lookup::Unknown {
-                detail: NO_LOOKUP.into(),
+                detail: ledger_providers::NO_LOOKUP.into(),
             },
         }
     }
@@ -268,7 +282,8 @@ impl World {
 /// provider) and returns its receipt.
 fn apply(state: &mut State, request: &ProviderRequest) -> String {
     let applied = state.mutations.entry(request.kind).or_default();
-    let receipt = format!("{}-{}", request.kind.name(), applied.len() + 1);
+    let id = format!("{}-{}", request.kind.name(), applied.len() + 1);
+    let receipt = serde_json::json!({ "id": id }).to_string();
     applied.push(Mutation {
         intent_id: request.intent_id.clone(),
         params: request.params.clone(),
@@ -276,6 +291,7 @@ fn apply(state: &mut State, request: &ProviderRequest) -> String {
         key: request.idempotency_key.clone(),
         receipt: receipt.clone(),
         at: crate::sim_elapsed(),
+        visible_from_ms: wall_clock_ms() + request.kind.visibility_lag_ms(),
     });
     if let Some(key) = request
         .idempotency_key
@@ -305,6 +321,3 @@ fn apply_due(state: &mut State, now_ms: u64) {
         }
     }
 }
-
-/// What the message provider's missing look-up says.
-pub const NO_LOOKUP: &str = "the provider offers no look-up: no observation possible";

@@ -11,7 +11,6 @@ use ledger_sim_tests::cluster::ClientNode;
 use ledger_sim_tests::fixtures::{declaration, effect_key, ToolKind, TENANT_KEY};
 use ledger_sim_tests::history::Answer;
 use ledger_sim_tests::provider::Provider;
-use ledger_sim_tests::runner::ProviderLookup;
 use ledger_sim_tests::scenario::{Run, CONVERGE_TIMEOUT};
 
 use crate::{GROUP_A, GROUP_B, HOLDER, LATE_SLOT_AFTER, RETENTION_MS, UNKNOWN};
@@ -226,7 +225,7 @@ async fn run_effect(
     let key = decl.key.clone();
     machine
         .spawn(async move {
-            let adapter = ProviderLookup(provider.clone());
+            let adapter = provider.lookup();
             let call = EffectCall {
                 declaration: decl,
                 confirmation: None,

@@ -14,7 +14,6 @@ use ledger_sim_tests::cluster::{ClientNode, Cluster};
 use ledger_sim_tests::fixtures::{declaration, effect_key, ToolKind, TENANT_KEY};
 use ledger_sim_tests::provider::Provider;
 use ledger_sim_tests::replica::ReplicaView;
-use ledger_sim_tests::runner::ProviderLookup;
 use ledger_sim_tests::scenario::{Run, CONVERGE_TIMEOUT};
 use ledger_sim_tests::wait;
 
@@ -262,7 +261,7 @@ async fn retry_through_runner(
     let key = decl.key.clone();
     machine
         .spawn(async move {
-            let adapter = ProviderLookup(provider.clone());
+            let adapter = provider.lookup();
             let call = EffectCall {
                 declaration: decl,
                 confirmation: None,

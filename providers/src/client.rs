@@ -1,0 +1,158 @@
+//! Sending to a provider and classifying what it answered.
+//!
+//! Classification is where "ambiguous is not failure" is decided: a request that never
+//! left is proven not committed; a 2xx is committed, its body the receipt; a 4xx (except
+//! 408, 409, 425 and 429, which say "not now" rather than "no") is the provider's refusal
+//! and proves nothing happened; everything else (5xx, a reset connection, a timeout) is
+//! unknown.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use ledger_client::DispatchResult;
+
+use crate::transport::{JsonAnswer, Method, ProviderRequest, ProviderTransport, SendError};
+
+/// Longest provider body kept in a proof or reason.
+const DETAIL_CHARS_MAX: usize = 1_000;
+
+/// `body` as text, short enough for a ledger proof or reason.
+pub(crate) fn shortened(body: &Value) -> String {
+    body.to_string().chars().take(DETAIL_CHARS_MAX).collect()
+}
+
+/// What an exchange with a provider proves.
+pub fn classify(answer: Result<JsonAnswer, SendError>) -> DispatchResult {
+    match answer {
+        Err(SendError::NotSent(e)) => DispatchResult::NotCommitted {
+            proof: format!("never sent: {e}"),
+        },
+        Err(SendError::AfterSend(e)) => DispatchResult::Unknown { reason: e },
+        Ok(a) if (200..300).contains(&a.status) => DispatchResult::Committed {
+            receipt: a.body.to_string(),
+        },
+        Ok(a) if (400..500).contains(&a.status) && !matches!(a.status, 408 | 409 | 425 | 429) => {
+            DispatchResult::NotCommitted {
+                proof: format!(
+                    "the provider refused with {}: {}",
+                    a.status,
+                    shortened(&a.body)
+                ),
+            }
+        }
+        Ok(a) => DispatchResult::Unknown {
+            reason: format!("the provider answered {}: {}", a.status, shortened(&a.body)),
+        },
+    }
+}
+
+/// The providers behind one transport. Cheap to clone.
+#[derive(Clone)]
+pub struct ProviderClient {
+    transport: Arc<dyn ProviderTransport>,
+}
+
+impl std::fmt::Debug for ProviderClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderClient").finish_non_exhaustive()
+    }
+}
+
+impl ProviderClient {
+    /// The providers `transport` reaches.
+    pub fn new(transport: Arc<dyn ProviderTransport>) -> Self {
+        ProviderClient { transport }
+    }
+
+    /// One exchange, unclassified.
+    pub async fn send(&self, request: &ProviderRequest) -> Result<JsonAnswer, SendError> {
+        self.transport.send(request).await
+    }
+
+    /// A creating request: `body` posted to `path`, under `idempotency_key` where the
+    /// provider honours one, classified.
+    pub async fn create(
+        &self,
+        path: &str,
+        idempotency_key: Option<&str>,
+        body: Value,
+    ) -> DispatchResult {
+        let request = ProviderRequest {
+            method: Method::Post,
+            path: path.to_owned(),
+            idempotency_key: idempotency_key.map(str::to_owned),
+            body: Some(body),
+        };
+        classify(self.send(&request).await)
+    }
+
+    /// A read: the body of a 2xx answer, or why there is none.
+    pub async fn read(&self, path: &str) -> Result<Value, String> {
+        let request = ProviderRequest {
+            method: Method::Get,
+            path: path.to_owned(),
+            idempotency_key: None,
+            body: None,
+        };
+        match self.send(&request).await {
+            Ok(a) if (200..300).contains(&a.status) => Ok(a.body),
+            Ok(a) => Err(format!(
+                "the provider answered {}: {}",
+                a.status,
+                shortened(&a.body)
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn answer(status: u16, body: Value) -> Result<JsonAnswer, SendError> {
+        Ok(JsonAnswer { status, body })
+    }
+
+    #[test]
+    fn only_proof_counts_as_not_committed() {
+        assert!(matches!(
+            classify(answer(201, json!({ "id": 1 }))),
+            DispatchResult::Committed { receipt } if receipt == r#"{"id":1}"#
+        ));
+        assert!(matches!(
+            classify(answer(400, json!({}))),
+            DispatchResult::NotCommitted { .. }
+        ));
+        assert!(matches!(
+            classify(Err(SendError::NotSent("connection refused".into()))),
+            DispatchResult::NotCommitted { .. }
+        ));
+        for ambiguous in [
+            answer(500, json!({})),
+            answer(503, Value::Null),
+            answer(409, json!({})),
+            answer(429, json!({})),
+            answer(408, json!({})),
+            Err(SendError::AfterSend("reset".into())),
+        ] {
+            assert!(matches!(
+                classify(ambiguous),
+                DispatchResult::Unknown { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn proofs_stay_within_the_ledger_limit() {
+        let DispatchResult::NotCommitted { proof } =
+            classify(answer(400, json!("x".repeat(10_000))))
+        else {
+            panic!("a 400 is a refusal");
+        };
+        assert!(proof.len() < ledger_core::limits::DETAIL_BYTES_MAX);
+    }
+}
