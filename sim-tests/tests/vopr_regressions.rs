@@ -45,6 +45,13 @@
 //!   clock, found every grant over on arrival, reported "not sent" and claimed again until
 //!   the dispatch budget was spent: six effects escalated. They now time a lease as
 //!   `EffectRunner` does, by its length on their own clock from the claim.
+//! - `search_lag_counts_from_the_promised_apply_time` (seed 63, the first sweep with the
+//!   shipped searches and search lag): a 38 s clock jump woke a slow append's processing
+//!   task long after the time its provider promised to have applied it; the simulated
+//!   provider stamped the line's search visibility from the late wake-up, so a look-up
+//!   within the declared bounds (lease end + processing bound + search lag) missed it and
+//!   the line was appended twice. A provider that keeps its declared bounds shows an
+//!   effect from its promised apply time plus its lag; the simulated ones now do.
 
 #![cfg(madsim)]
 
@@ -85,6 +92,12 @@ const LAGGING_LEDGER_TIME: Scenario = Scenario {
     default_seeds: &[8287],
 };
 
+const SEARCH_LAG: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "search_lag_counts_from_the_promised_apply_time",
+    default_seeds: &[63],
+};
+
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[test]
@@ -110,6 +123,11 @@ fn keyed_resend_reaches_the_provider_inside_its_horizon() {
 #[test]
 fn workload_times_its_leases_on_its_own_clock() {
     seeds::run(&LAGGING_LEDGER_TIME, scenario);
+}
+
+#[test]
+fn search_lag_counts_from_the_promised_apply_time() {
+    seeds::run(&SEARCH_LAG, scenario);
 }
 
 /// The leader crashes and is restarted at once; whoever leads afterwards leads in a newer

@@ -163,7 +163,7 @@ impl World {
         let receipt = {
             let mut state = self.lock();
             match state.pending.remove(&arrival) {
-                Some(pending) => apply(&mut state, &pending.request),
+                Some(pending) => apply(&mut state, &pending),
                 None => state
                     .applied_early
                     .remove(&arrival)
@@ -278,9 +278,13 @@ impl World {
     }
 }
 
-/// Applies `request`: records the mutation (and the receipt of its key, for a keyed
-/// provider) and returns its receipt.
-fn apply(state: &mut State, request: &ProviderRequest) -> String {
+/// Applies `pending`: records the mutation (and the receipt of its key, for a keyed
+/// provider) and returns its receipt. The provider promised to apply it by its due time,
+/// so its search shows it from then (plus the search lag), even when a clock jump woke
+/// the processing task later.
+fn apply(state: &mut State, pending: &Pending) -> String {
+    let request = &pending.request;
+    let applied_at_ms = pending.due_ms.min(wall_clock_ms());
     let applied = state.mutations.entry(request.kind).or_default();
     let id = format!("{}-{}", request.kind.name(), applied.len() + 1);
     let receipt = serde_json::json!({ "id": id }).to_string();
@@ -291,7 +295,7 @@ fn apply(state: &mut State, request: &ProviderRequest) -> String {
         key: request.idempotency_key.clone(),
         receipt: receipt.clone(),
         at: crate::sim_elapsed(),
-        visible_from_ms: wall_clock_ms() + request.kind.visibility_lag_ms(),
+        visible_from_ms: applied_at_ms + request.kind.visibility_lag_ms(),
     });
     if let Some(key) = request
         .idempotency_key
@@ -316,7 +320,7 @@ fn apply_due(state: &mut State, now_ms: u64) {
     due.sort_unstable();
     for (_, arrival) in due {
         if let Some(pending) = state.pending.remove(&arrival) {
-            let receipt = apply(state, &pending.request);
+            let receipt = apply(state, &pending);
             state.applied_early.insert(arrival, receipt);
         }
     }
