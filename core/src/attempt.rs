@@ -11,6 +11,7 @@ use crate::ledger::Ledger;
 use crate::limits::RECEIPT_BYTES_MAX;
 use crate::outcome::{Outcome, Refusal};
 use crate::record::{AttemptKind, AttemptOutcome, EffectRecord, EffectState};
+use crate::stamp::Stamp;
 
 impl Ledger {
     pub(crate) fn heartbeat(
@@ -18,8 +19,9 @@ impl Ledger {
         key: &EffectKey,
         token: u64,
         lease_ms: Option<u64>,
-        now: u64,
+        at: Stamp,
     ) -> Outcome {
+        let now = at.ledger_ms;
         let Some(rec) = self.get(key) else {
             return self.missing(key).into();
         };
@@ -34,15 +36,15 @@ impl Ledger {
             .unwrap_or(rec.policy.lease_ms)
             .clamp(1, rec.policy.lease_ms_max);
         // A keyed re-send may not be kept dispatching past the point where it could reach
-        // the provider after its horizon: the holder is told its lease cannot run longer,
-        // and stops.
+        // the provider after its horizon, however late real time may be: the holder is
+        // told its lease cannot run longer, and stops.
         if let Some(deadline_ms) = rec
             .resend_deadline_ms()
             .filter(|_| kind == AttemptKind::Dispatch && rec.ambiguous)
         {
-            if now.saturating_add(lease_ms) > deadline_ms {
+            if at.real_ms_max.saturating_add(lease_ms) > deadline_ms {
                 return Refusal::LeaseExpired {
-                    lease_until_ms: deadline_ms,
+                    lease_until_ms: at.ledger_ms_before(deadline_ms),
                 }
                 .into();
             }

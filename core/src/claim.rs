@@ -6,6 +6,11 @@
 //! into one, so a restarted node never mistakes it for "not started". Answers that grant
 //! nothing change nothing; only a grant or an escalation writes the record.
 //!
+//! Leases are judged by ledger time, the provider horizon by the stamp's bounds on real
+//! time ([`crate::stamp`]): a dispatch starts the horizon at the earliest real time it may
+//! be, and a keyed re-send is granted only while a whole lease and the provider's
+//! processing bound fit before the horizon at the latest real time it may be.
+//!
 //! A key whose record was collected keeps a tombstone for a while: declaring or claiming
 //! it then is answered "expired" and creates nothing. A declaration must fit
 //! [`DECLARATION_BYTES_MAX`] and the tenant's quotas, or it creates nothing either.
@@ -21,6 +26,7 @@ use crate::record::{
     Attempt, AttemptKind, AttemptOutcome, EffectRecord, EffectState, Escalation, EscalationReason,
     Slot,
 };
+use crate::stamp::Stamp;
 
 impl Ledger {
     pub(crate) fn declare(&mut self, decl: &Declaration, slots: u32, now: u64) -> Outcome {
@@ -112,8 +118,9 @@ impl Ledger {
         holder: &str,
         lease_ms: Option<u64>,
         confirmation: Option<&str>,
-        now: u64,
+        at: Stamp,
     ) -> Outcome {
+        let now = at.ledger_ms;
         let valid = decl
             .key
             .validate_addressable()
@@ -155,7 +162,7 @@ impl Ledger {
         if let Some(c) = conflict(rec, &decl.tool, &offered, false) {
             return Outcome::Claim(ClaimOutcome::Conflict(c));
         }
-        let answer = match answer_claim(rec, now) {
+        let answer = match answer_claim(rec, at) {
             Answer::Final(outcome) => return Outcome::Claim(outcome),
             Answer::Dispatch => {
                 if rec.policy.confirmation_required && confirmation.is_none() {
@@ -170,7 +177,7 @@ impl Ledger {
             other => other,
         };
         self.update(&decl.key, |rec, next_token| {
-            close_if_expired(rec, now);
+            close_if_expired(rec, at);
             // Closing an expired reconciliation counts as an observation and may itself
             // have spent the budget.
             if let Some(e) = &rec.escalation {
@@ -187,7 +194,7 @@ impl Ledger {
                     AttemptKind::Dispatch,
                     holder,
                     lease_ms,
-                    now,
+                    at,
                 )),
             }
         })
@@ -211,7 +218,8 @@ enum Answer {
     Escalate(EscalationReason),
 }
 
-fn answer_claim(rec: &EffectRecord, now: u64) -> Answer {
+fn answer_claim(rec: &EffectRecord, at: Stamp) -> Answer {
+    let now = at.ledger_ms;
     if let Some(receipt) = &rec.receipt {
         return Answer::Final(ClaimOutcome::Replay {
             receipt: receipt.clone(),
@@ -231,11 +239,12 @@ fn answer_claim(rec: &EffectRecord, now: u64) -> Answer {
         EffectState::NotStarted | EffectState::FailedBeforeEffect => Answer::Dispatch,
         EffectState::UnknownAfterDispatch => match rec.policy.class {
             // A re-send must be able to run a whole lease and still reach the provider
-            // inside its horizon; later, only observation settles it.
+            // inside its horizon, however late real time may be; later, only observation
+            // settles it.
             ReplayClass::KeyedIdempotent
                 if rec
                     .resend_deadline_ms()
-                    .is_some_and(|d| now.saturating_add(rec.policy.lease_ms) <= d) =>
+                    .is_some_and(|d| at.real_ms_max.saturating_add(rec.policy.lease_ms) <= d) =>
             {
                 Answer::Dispatch
             }
@@ -275,7 +284,8 @@ pub(crate) fn unsettled(rec: &EffectRecord) -> Unsettled {
 
 /// Closes an open attempt whose lease has run out. A dispatch becomes an unknown outcome;
 /// a reconciliation counts as an ambiguous observation.
-pub(crate) fn close_if_expired(rec: &mut EffectRecord, now: u64) -> bool {
+pub(crate) fn close_if_expired(rec: &mut EffectRecord, at: Stamp) -> bool {
+    let now = at.ledger_ms;
     let Some(open) = rec.open_attempt_mut().filter(|a| !a.is_live(now)) else {
         return false;
     };
@@ -290,7 +300,7 @@ pub(crate) fn close_if_expired(rec: &mut EffectRecord, now: u64) -> bool {
             rec,
             token,
             "reconciliation lease ran out before an observation was recorded",
-            now,
+            at,
         ),
     }
     touch(rec, now);
@@ -304,8 +314,9 @@ pub(crate) fn grant(
     kind: AttemptKind,
     holder: &str,
     lease_ms: Option<u64>,
-    now: u64,
+    at: Stamp,
 ) -> Grant {
+    let now = at.ledger_ms;
     assert!(
         rec.open_attempt().is_none(),
         "{}: grant over an open attempt",
@@ -319,17 +330,23 @@ pub(crate) fn grant(
     let attempt_id = rec.attempts.len() as u32 + 1;
     if kind == AttemptKind::Dispatch {
         // A settled record means the provider has never seen the key take effect, so its
-        // horizon starts with this dispatch; an unsettled one keeps the earliest.
+        // horizon starts with this dispatch (no earlier than the earliest real time it may
+        // be); an unsettled one keeps the earliest.
         if !rec.ambiguous {
-            rec.horizon_deadline_ms = Some(now.saturating_add(rec.policy.provider_horizon_ms));
+            let horizon_ms = at
+                .real_ms_min
+                .saturating_add(rec.policy.provider_horizon_ms);
+            rec.horizon_deadline_ms = Some(horizon_ms);
         }
         rec.dispatches_in_budget += 1;
         rec.state = EffectState::InProgress;
     }
     let mut lease_until_ms = now.saturating_add(lease_ms);
     if kind == AttemptKind::Dispatch && rec.ambiguous {
+        // The re-send's lease ends before real time may reach the re-send deadline.
         if let Some(deadline_ms) = rec.resend_deadline_ms() {
-            lease_until_ms = lease_until_ms.min(deadline_ms.max(now.saturating_add(1)));
+            let until_ms = at.ledger_ms_before(deadline_ms);
+            lease_until_ms = lease_until_ms.min(until_ms.max(now.saturating_add(1)));
         }
     }
     rec.attempts.push(Attempt {

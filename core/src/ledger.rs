@@ -4,10 +4,12 @@
 //! `update`, `remove_record`, `insert_tombstone` or `remove_tombstone`, which keep the
 //! indexes and per-tenant usage counters in step. Read-only queries are in `query`.
 //!
-//! `apply(command, now_ms)` is deterministic: the same commands with the same times give
-//! the same outcomes and the same state on every replica. Time only ever comes in as
-//! `now_ms`, stamped by the Raft leader; the ledger keeps the largest time it has seen,
-//! so a leader whose clock is behind cannot make a lease live again.
+//! `apply_stamped(command, stamp)` is deterministic: the same commands with the same stamps
+//! give the same outcomes and the same state on every replica. Time only ever comes in as
+//! the [`Stamp`] of the Raft leader; the ledger keeps the largest ledger time it has seen,
+//! so a leader whose clock is behind cannot make a lease live again. Leases and retention
+//! are judged by ledger time, provider horizons by the stamp's bounds on real time (see
+//! [`crate::stamp`]).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,7 @@ use crate::key::{validate_command_id, validate_tenant, EffectKey};
 use crate::outcome::{Outcome, Refusal};
 use crate::policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
 use crate::record::{EffectRecord, EffectState};
+use crate::stamp::Stamp;
 use crate::tombstone::Tombstone;
 use crate::usage::{record_bytes, Usage};
 
@@ -82,11 +85,17 @@ impl Ledger {
         Self::default()
     }
 
-    /// Applies one command at ledger time `now_ms` and returns its outcome.
+    /// Applies one command at ledger time `now_ms`, with no more known of real time than
+    /// that ([`Stamp::at`]), and returns its outcome.
+    pub fn apply(&mut self, command: &Command, now_ms: u64) -> Outcome {
+        self.apply_stamped(command, Stamp::at(now_ms))
+    }
+
+    /// Applies one command as stamped by the leader and returns its outcome.
     ///
     /// A command id applied before (by the same caller) returns the first outcome and
     /// changes nothing; the same id with a different command is refused.
-    pub fn apply(&mut self, command: &Command, now_ms: u64) -> Outcome {
+    pub fn apply_stamped(&mut self, command: &Command, stamp: Stamp) -> Outcome {
         let recorded = command.body.is_recorded();
         let fingerprint = if recorded {
             if let Err(refusal) = self.admit(command) {
@@ -105,11 +114,11 @@ impl Ledger {
         } else {
             None
         };
-        let now = self.state.clock_ms.max(now_ms);
-        self.state.clock_ms = now;
-        let outcome = self.execute(&command.caller, &command.body, now);
+        let at = stamp.applied(self.state.clock_ms);
+        self.state.clock_ms = at.ledger_ms;
+        let outcome = self.execute(&command.caller, &command.body, at);
         if let Some(fingerprint) = fingerprint {
-            self.remember(command, fingerprint, &outcome, now);
+            self.remember(command, fingerprint, &outcome, at.ledger_ms);
         }
         outcome
     }
@@ -147,7 +156,8 @@ impl Ledger {
         );
     }
 
-    fn execute(&mut self, caller: &Caller, body: &CommandBody, now: u64) -> Outcome {
+    fn execute(&mut self, caller: &Caller, body: &CommandBody, at: Stamp) -> Outcome {
+        let now = at.ledger_ms;
         if body.is_operator_only() && *caller != Caller::Operator {
             return Refusal::NotPermitted {
                 command: body.name().into(),
@@ -172,12 +182,12 @@ impl Ledger {
                 holder,
                 lease_ms,
                 confirmation,
-            } => self.claim(declaration, holder, *lease_ms, confirmation.as_deref(), now),
+            } => self.claim(declaration, holder, *lease_ms, confirmation.as_deref(), at),
             CommandBody::Heartbeat {
                 key,
                 fencing_token,
                 lease_ms,
-            } => self.heartbeat(key, *fencing_token, *lease_ms, now),
+            } => self.heartbeat(key, *fencing_token, *lease_ms, at),
             CommandBody::Report {
                 key,
                 fencing_token,
@@ -187,20 +197,20 @@ impl Ledger {
                 key,
                 holder,
                 lease_ms,
-            } => self.begin_reconcile(key, holder, *lease_ms, now),
+            } => self.begin_reconcile(key, holder, *lease_ms, at),
             CommandBody::Observe {
                 key,
                 fencing_token,
                 result,
                 detail,
-            } => self.observe(key, *fencing_token, result, detail, now),
+            } => self.observe(key, *fencing_token, result, detail, at),
             CommandBody::Decide {
                 key,
                 decision,
                 operator,
                 note,
             } => self.decide(key, decision, operator, note, now),
-            CommandBody::ExpireLeases { limit } => self.expire_leases(*limit, now),
+            CommandBody::ExpireLeases { limit } => self.expire_leases(*limit, at),
             CommandBody::CollectGarbage { limit } => self.collect_garbage(*limit, now),
             CommandBody::Amend { declaration } => self.amend(declaration, now),
         }

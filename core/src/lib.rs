@@ -5,7 +5,7 @@
 //! `committed` | `failed_before_effect` | `unknown_after_dispatch`. Whether an attempt may
 //! dispatch, whether an ambiguous outcome must be reconciled first, and whether the same
 //! key now carries a different intent are all decided here, by
-//! [`Ledger::apply`]`(command, now_ms) -> outcome`.
+//! [`Ledger::apply_stamped`]`(command, stamp) -> outcome`.
 //!
 //! The crate does no I/O, reads no clock, draws no random number and spawns no thread
 //! (`clippy.toml` holds that line). The Raft state machine, the gRPC services, the client
@@ -17,6 +17,8 @@
 //! - [`policy`]: replay classes and operator-configured tool policies.
 //! - [`record`]: the effect record, attempts, observations, escalation; its invariants.
 //! - [`command`] and [`outcome`]: the replicated input and what it answers.
+//! - [`stamp`]: the times a leader stamps on each command: ledger time for leases and
+//!   retention, bounds on real time for provider horizons.
 //! - [`ledger`]: the state, `apply`, command-id deduplication, queries.
 //! - `claim`, `attempt`, `reconcile`, `amend`, `sweep`: the transitions, one family per
 //!   file.
@@ -41,6 +43,7 @@ mod query;
 mod reconcile;
 pub mod record;
 pub mod snapshot;
+pub mod stamp;
 mod sweep;
 pub mod tombstone;
 pub mod usage;
@@ -58,5 +61,6 @@ pub use record::{
     EffectState, Escalation, EscalationReason, Observation, ObservationResult, OperatorDecision,
     Slot,
 };
+pub use stamp::Stamp;
 pub use tombstone::{ExpiredEffect, ReceiptDigest, Tombstone};
 pub use usage::TenantUsage;

@@ -21,6 +21,7 @@ use crate::record::{
     AttemptKind, AttemptOutcome, Decision, EffectRecord, EffectState, EscalationReason,
     Observation, ObservationResult, OperatorDecision,
 };
+use crate::stamp::Stamp;
 
 impl Ledger {
     pub(crate) fn begin_reconcile(
@@ -28,8 +29,9 @@ impl Ledger {
         key: &EffectKey,
         holder: &str,
         lease_ms: Option<u64>,
-        now: u64,
+        at: Stamp,
     ) -> Outcome {
+        let now = at.ledger_ms;
         if let Err(e) = validate_name("holder", holder) {
             return e.into();
         }
@@ -61,7 +63,7 @@ impl Ledger {
             return ReconcileOutcome::NotNeeded { state }.into();
         }
         self.update(key, |rec, next_token| {
-            close_if_expired(rec, now);
+            close_if_expired(rec, at);
             if let Some(e) = &rec.escalation {
                 return ReconcileOutcome::Escalated { reason: e.reason };
             }
@@ -71,7 +73,7 @@ impl Ledger {
                 AttemptKind::Reconcile,
                 holder,
                 lease_ms,
-                now,
+                at,
             ))
         })
         .into()
@@ -103,8 +105,9 @@ impl Ledger {
         token: u64,
         result: &ObservationResult,
         detail: &str,
-        now: u64,
+        at: Stamp,
     ) -> Outcome {
+        let now = at.ledger_ms;
         if let Err(e) = validate_detail("detail", detail) {
             return e.into();
         }
@@ -166,7 +169,7 @@ impl Ledger {
                 // Recorded above; counts nothing: the reconciler comes back after the bound.
                 (ObservationResult::NotCommitted, Some(Absence::NotYet { .. })) => {}
                 (ObservationResult::NotCommitted, _) | (ObservationResult::StillUnknown, _) => {
-                    count_ambiguous(rec, now)
+                    count_ambiguous(rec, at)
                 }
             }
             touch(rec, now);
@@ -272,12 +275,13 @@ fn settle_not_committed(rec: &mut EffectRecord) {
 }
 
 /// Counts one ambiguous observation; escalates when the budget is spent or an
-/// irreversible tool's horizon has passed.
-fn count_ambiguous(rec: &mut EffectRecord, now: u64) {
+/// irreversible tool's horizon may have passed (judged at the latest real time it may be).
+fn count_ambiguous(rec: &mut EffectRecord, at: Stamp) {
+    let now = at.ledger_ms;
     rec.observations_in_budget += 1;
     if rec.observations_in_budget >= rec.policy.observations_max {
         escalate(rec, EscalationReason::ObservationBudgetSpent, now);
-    } else if rec.policy.class == ReplayClass::Irreversible && !rec.within_horizon(now) {
+    } else if rec.policy.class == ReplayClass::Irreversible && !rec.within_horizon(at.real_ms_max) {
         escalate(rec, EscalationReason::HorizonPassedOnIrreversible, now);
     }
 }
@@ -289,13 +293,13 @@ pub(crate) fn record_ambiguous_observation(
     rec: &mut EffectRecord,
     token: u64,
     detail: &str,
-    now: u64,
+    at: Stamp,
 ) {
     rec.observations.push(Observation {
-        at_ms: now,
+        at_ms: at.ledger_ms,
         fencing_token: token,
         result: ObservationResult::StillUnknown,
         detail: detail.to_owned(),
     });
-    count_ambiguous(rec, now);
+    count_ambiguous(rec, at);
 }

@@ -252,7 +252,8 @@ pub struct EffectRecord {
     /// The provider's result once committed.
     pub receipt: Option<String>,
     /// Until when the provider deduplicates `provider_key` (set at the first dispatch
-    /// that may have reached it).
+    /// that may have reached it): real time, ms, counted from the earliest real time the
+    /// dispatch's stamp allowed (ledger time unless ledger time was known to lag).
     pub horizon_deadline_ms: Option<u64>,
     /// When garbage collection may remove the record; `None` while it must be kept.
     pub retention_deadline_ms: Option<u64>,
@@ -299,17 +300,18 @@ impl EffectRecord {
         self.escalation.is_some()
     }
 
-    /// Whether the provider still deduplicates the provider key at `now_ms`.
-    pub fn within_horizon(&self, now_ms: u64) -> bool {
-        self.horizon_deadline_ms.is_some_and(|d| now_ms < d)
+    /// Whether the provider still deduplicates the provider key at real time `real_ms`
+    /// (judge with the latest real time it may be, [`crate::Stamp::real_ms_max`]).
+    pub fn within_horizon(&self, real_ms: u64) -> bool {
+        self.horizon_deadline_ms.is_some_and(|d| real_ms < d)
     }
 
-    /// Until when (ledger time, ms) a re-send of a keyed effect whose earlier dispatch is
-    /// unsettled may still be dispatching: the provider deduplicates the key only until
-    /// the horizon, and a request may take up to the declared processing bound to reach
-    /// it, so the re-send's lease must end that much before the horizon. `None` for a tool
-    /// that is not keyed, or before any dispatch. It applies to re-sends only: a first
-    /// dispatch starts the horizon.
+    /// Until when (real time, ms, like the horizon) a re-send of a keyed effect whose
+    /// earlier dispatch is unsettled may still be dispatching: the provider deduplicates
+    /// the key only until the horizon, and a request may take up to the declared
+    /// processing bound to reach it, so the re-send's lease must end that much before the
+    /// horizon. `None` for a tool that is not keyed, or before any dispatch. It applies to
+    /// re-sends only: a first dispatch starts the horizon.
     pub fn resend_deadline_ms(&self) -> Option<u64> {
         if self.policy.class != crate::policy::ReplayClass::KeyedIdempotent {
             return None;

@@ -18,10 +18,12 @@ use crate::ledger::Ledger;
 use crate::limits::SWEEP_LIMIT_MAX;
 use crate::outcome::Outcome;
 use crate::policy::TenantSettings;
+use crate::stamp::Stamp;
 use crate::tombstone::Tombstone;
 
 impl Ledger {
-    pub(crate) fn expire_leases(&mut self, limit: u32, now: u64) -> Outcome {
+    pub(crate) fn expire_leases(&mut self, limit: u32, at: Stamp) -> Outcome {
+        let now = at.ledger_ms;
         if let Err(e) = check_limit(limit) {
             return e.into();
         }
@@ -37,7 +39,7 @@ impl Ledger {
         due.truncate(limit as usize);
         let mut expired = 0;
         for key in &due {
-            if self.update(key, |rec, _| close_if_expired(rec, now)) {
+            if self.update(key, |rec, _| close_if_expired(rec, at)) {
                 expired += 1;
             }
         }

@@ -11,8 +11,10 @@
 //! - [`node`]: [`LedgerNode`], routing writes and linearizable reads to the leader.
 //! - [`proposer`]: group commit; each entry carries the leader's time stamp.
 //! - [`clock`]: the wall and monotonic clocks, behind one seam; [`stamp_bound`]: the pure
-//!   rule that keeps ledger time from jumping with a wrong wall clock; [`ledger_time`]:
-//!   the two together, the only source of ledger time.
+//!   rule that keeps ledger time from jumping with a wrong wall clock; [`real_time`]: the
+//!   pure bounds on real time, for provider horizons, when ledger time lags it after an
+//!   outage no node measured; [`ledger_time`]: all of them together, the only source of
+//!   the stamps.
 //! - [`sweeper`]: the leader's lease-expiry and garbage-collection proposals.
 //! - [`network`] and [`raft_service`]: the Raft transport, client and server sides.
 //! - [`ledger_service`], [`admin_service`]: the public gRPC services.
@@ -30,6 +32,7 @@ pub mod network;
 pub mod node;
 pub mod proposer;
 pub mod raft_service;
+pub mod real_time;
 pub mod stamp_bound;
 pub mod sweeper;
 pub mod wire;
@@ -104,7 +107,9 @@ pub async fn start_with_clock(
 ) -> Result<LedgerNode, RunError> {
     let (log_store, state_machine) = ledger_raft_store::open(disk).await?;
     let reader = state_machine.reader();
-    let time = ledger_time::LedgerTime::new(clock, reader.clone(), config.clock_skew_ms_max);
+    let logged_ms = log_store.latest_stamp().await?.map_or(0, |s| s.ledger_ms);
+    let time =
+        ledger_time::LedgerTime::new(clock, reader.clone(), logged_ms, config.clock_skew_ms_max);
     let channels = network::Channels::default();
     let network = network::Network::new(channels.clone(), &config.cluster_secret);
     let raft = Raft::new(

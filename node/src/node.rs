@@ -10,8 +10,9 @@
 //! which the state machine deduplicates.
 //!
 //! Before its first proposal after starting, a node asks its peers what they know of
-//! ledger time ([`LedgerNode::settle_time`]): a node that restarted knows the last stamp
-//! on its disk but not how long ago it was made, and a peer that kept running does.
+//! time ([`LedgerNode::settle_time`]): a node that restarted knows the last stamp on its
+//! disk but not how long ago it was made, and a peer that kept running does; when none
+//! kept running, their wall clocks are the only witnesses of the outage (`real_time`).
 
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{LedgerReader, Raft};
 
 use crate::error::NodeError;
-use crate::ledger_time::LedgerTime;
+use crate::ledger_time::{LedgerTime, PeerAnswer};
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
 use crate::proposer::Proposer;
 use crate::wire::{self, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
@@ -113,10 +114,11 @@ impl LedgerNode {
         self.proposer.propose(command).await
     }
 
-    /// Asks the peers what they know of ledger time, once after the node started, before
-    /// its first proposal; later calls return at once. A peer that does not answer within
+    /// Asks the peers what they know of time, once after the node started, before its
+    /// first proposal; later calls return at once. A peer that does not answer within
     /// [`PEER_TIME_TIMEOUT_MS`] is left out (with no answer at all, the node goes on from
-    /// the last stamp on its disk and ledger time lags: see `stamp_bound`).
+    /// the last stamp on its disk and ledger time lags: see `stamp_bound`; its own wall
+    /// clock then bounds real time: see `real_time`).
     pub async fn settle_time(&self) {
         if !self.time.peers_unasked() {
             return;
@@ -135,18 +137,23 @@ impl LedgerNode {
                 .collect()
         };
         let asks = peers.iter().map(|peer| async move {
-            let ask = self.forward(*peer, ForwardRequest::LedgerTime);
+            let asked_at_ms = self.time.monotonic_ms();
+            let ask = self.forward(*peer, ForwardRequest::Clocks);
             let answer = tokio::time::timeout(Duration::from_millis(PEER_TIME_TIMEOUT_MS), ask);
-            (*peer, answer.await)
+            (*peer, asked_at_ms, answer.await, self.time.monotonic_ms())
         });
-        for (peer, answer) in futures::future::join_all(asks).await {
+        let mut answers = Vec::new();
+        for (peer, asked_at_ms, answer, received_at_ms) in futures::future::join_all(asks).await {
             match answer {
-                Ok(Ok(ForwardResponse::LedgerTime { ledger_ms, age_ms })) => {
-                    self.time.observe_peer(ledger_ms, age_ms);
-                }
-                other => tracing::debug!(peer, ?other, "no ledger time from peer"),
+                Ok(Ok(ForwardResponse::Clocks(clocks))) => answers.push(PeerAnswer {
+                    clocks,
+                    asked_at_ms,
+                    received_at_ms,
+                }),
+                other => tracing::debug!(peer, ?other, "no clocks from peer"),
             }
         }
+        self.time.settle(&answers);
         self.time.peers_asked();
     }
 
@@ -181,6 +188,7 @@ impl LedgerNode {
                 let (ledger_ms, age_ms) = self.time.known();
                 return ForwardResponse::LedgerTime { ledger_ms, age_ms };
             }
+            ForwardRequest::Clocks => return ForwardResponse::Clocks(self.time.clocks()),
             _ if !self.raft.is_leader() => {
                 return ForwardResponse::NotLeader(self.current_leader());
             }

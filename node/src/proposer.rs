@@ -4,9 +4,9 @@
 //! The proposer keeps at most `max_in_flight_batches` entries between proposal and
 //! commit. While they are in flight, arriving commands queue; when a slot frees, everything
 //! queued (up to the batch limits) becomes the next entry. Under load batches grow by
-//! themselves; when idle a command is proposed at once. The leader stamps ledger time
-//! into each entry here ([`LedgerTime::stamp_ms`]: its wall clock, bounded by the real
-//! time that has passed), the only place ledger time comes from.
+//! themselves; when idle a command is proposed at once. The leader stamps each entry here
+//! ([`LedgerTime::stamp`]: its wall clock bounded by the real time that has passed, and
+//! what it knows of real time beyond that), the only place stamps come from.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,7 +99,7 @@ async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
         batch.into_iter().map(|p| (p.command, p.reply)).unzip();
     let count = commands.len();
     let request = LedgerRequest {
-        stamped_at_ms: time.stamp_ms(),
+        stamp: time.stamp(),
         commands,
     };
     let result = match raft.client_write(request).await {

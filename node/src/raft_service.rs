@@ -6,6 +6,7 @@ use std::io::Cursor;
 use futures::StreamExt;
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use openraft::raft::AppendEntriesRequest;
+use openraft::vote::RaftLeaderId;
 use openraft::EntryPayload;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -80,16 +81,21 @@ impl pb::raft_server::Raft for RaftService {
         // Learn the leader's stamps as they arrive, not once applied: a follower applies
         // an entry only when it hears it is committed, which after a leader's crash is
         // only once the next leader is elected, seconds later (see `stamp_bound`).
-        let stamped_ms = rpc
+        // Whether the entry was made in the sending leader's term tells a fresh stamp from
+        // an old one sent to a follower that is behind (see `real_time`).
+        let term = rpc.vote.leader_id().to_committed();
+        let latest = rpc
             .entries
             .iter()
             .filter_map(|entry| match &entry.payload {
-                EntryPayload::Normal(request) => Some(request.stamped_at_ms),
+                EntryPayload::Normal(request) => {
+                    Some((request.stamp, *entry.log_id.committed_leader_id() == term))
+                }
                 _ => None,
             })
-            .max();
-        if let Some(stamped_ms) = stamped_ms {
-            self.node.time.observe_received(stamped_ms);
+            .max_by_key(|(stamp, _)| stamp.ledger_ms);
+        if let Some((stamp, current_term)) = latest {
+            self.node.time.observe_received(&stamp, current_term);
         }
         reply(&flatten(self.node.raft.append_entries(rpc).await))
     }

@@ -49,12 +49,15 @@
 //! Time that passed while no node's process ran (a whole cluster powered off) is measured
 //! by no monotonic clock. After such an outage ledger time lags real time by the outage
 //! and catches up by at most `skew_ms_max` per change of leader: leases and retention run
-//! out late, never early, and a provider horizon is judged late by as much.
+//! out late, never early. Judged by ledger time, a provider horizon would pass late by as
+//! much; so stamps also carry bounds on real time, which the wall clocks give after such an
+//! outage ([`crate::real_time`]), and horizons are judged by those.
 //!
 //! # Caller duties
 //!
-//! 1. Build the bound when the node starts, from the largest ledger time in its applied
-//!    state ([`StampBound::new`]; zero when the ledger was never stamped).
+//! 1. Build the bound when the node starts, from the largest ledger time on its disk: in
+//!    its snapshot or the last stamp in its log, which is applied again only later
+//!    ([`StampBound::new`]; zero when the ledger was never stamped).
 //! 2. Pass every stamp of another leader to [`StampBound::observe`] as soon as it arrives
 //!    (in a Raft message, before it commits), and the applied state's largest ledger time
 //!    whenever entries are applied, with the monotonic clock read then: the later the

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use ledger_core::{Command, EffectKey, EffectRecord, EffectState, Outcome, TenantConfig};
 
+use crate::ledger_time::PeerClocks;
+
 /// Largest payload decoded from a peer.
 const PAYLOAD_BYTES_MAX: usize = 256 << 20;
 
@@ -96,8 +98,12 @@ pub enum ForwardRequest {
     /// Serve this read.
     Read(ReadRequest),
     /// What the receiver knows of ledger time; any node answers, leader or not. Asked by
-    /// a node that restarted, before it stamps anything (see `stamp_bound`).
+    /// nodes of the previous version (see `stamp_bound`).
     LedgerTime,
+    /// What the receiver knows of time: ledger time, its wall clock and what it vouches
+    /// for about real time; any node answers. Asked by a node that restarted, before it
+    /// stamps anything (see `stamp_bound` and `real_time`).
+    Clocks,
 }
 
 /// The leader's answer.
@@ -119,4 +125,6 @@ pub enum ForwardResponse {
         /// How long ago it was learned.
         age_ms: u64,
     },
+    /// What the receiver knows of time.
+    Clocks(PeerClocks),
 }

@@ -17,16 +17,17 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 
+use openraft::alias::CommittedLeaderIdOf;
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
-use openraft::{OptionalSend, RaftLogReader};
+use openraft::{BasicNode, EntryPayload, OptionalSend, RaftLogReader};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode, encode};
 use crate::disk::{DiskError, DiskRef, Keyspace, WriteBatch};
 use crate::error::StoreError;
 use crate::runtime::blocking;
-use crate::types::{Entry, LogId, TypeConfig, Vote};
+use crate::types::{Entry, LedgerRequestV1, LogId, TypeConfig, Vote};
 
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";
@@ -39,10 +40,29 @@ fn log_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
-/// A stored log entry, versioned.
+/// A stored log entry, versioned. V1 entries were stamped with ledger time only; V2
+/// entries carry the whole [`ledger_core::Stamp`].
 #[derive(Serialize, Deserialize)]
 enum StoredEntry {
-    V1(Entry),
+    V1(EntryV1),
+    V2(Entry),
+}
+
+/// A log entry as V1 stored it.
+type EntryV1 =
+    openraft::Entry<CommittedLeaderIdOf<TypeConfig>, EntryPayload<LedgerRequestV1, u64, BasicNode>>;
+
+/// A V1 entry in the current form: its request stamped at ledger time only.
+fn upgrade_v1(old: EntryV1) -> Entry {
+    let payload = match old.payload {
+        EntryPayload::Blank => EntryPayload::Blank,
+        EntryPayload::Normal(request) => EntryPayload::Normal(request.into()),
+        EntryPayload::Membership(membership) => EntryPayload::Membership(membership),
+    };
+    openraft::Entry {
+        log_id: old.log_id,
+        payload,
+    }
 }
 
 /// A stored vote, versioned.
@@ -59,7 +79,10 @@ enum StoredLogId {
 
 /// Decodes the entry stored under `key` and checks it sits where its index says.
 fn decode_entry(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
-    let StoredEntry::V1(entry) = decode(bytes, "log entry")?;
+    let entry = match decode(bytes, "log entry")? {
+        StoredEntry::V1(old) => upgrade_v1(old),
+        StoredEntry::V2(entry) => entry,
+    };
     if key != log_key(entry.index()) {
         return Err(StoreError::Inconsistent(format!(
             "log entry {} stored under key {key:02x?}",
@@ -132,6 +155,33 @@ impl RaftLogStore {
         Ok(())
     }
 
+    /// The stamp of the last normal entry in the log, if any: the latest ledger time this
+    /// node's disk knows, which its snapshot alone may not (the log after it is applied
+    /// again only once openraft gets to it). Reads back from the end a few entries at a
+    /// time.
+    pub async fn latest_stamp(&self) -> Result<Option<ledger_core::Stamp>, StoreError> {
+        const WINDOW: u64 = 16;
+        let Some(last) = self.last_entry().await? else {
+            return Ok(None);
+        };
+        let mut to = last.index();
+        loop {
+            let from = to.saturating_sub(WINDOW - 1);
+            let entries = self.entries(from..=to).await?;
+            let latest = entries
+                .iter()
+                .filter_map(|entry| match &entry.payload {
+                    EntryPayload::Normal(request) => Some(request.stamp),
+                    _ => None,
+                })
+                .max_by_key(|stamp| stamp.ledger_ms);
+            if latest.is_some() || entries.len() < (to - from + 1) as usize || from == 0 {
+                return Ok(latest);
+            }
+            to = from - 1;
+        }
+    }
+
     async fn last_entry(&self) -> Result<Option<Entry>, StoreError> {
         let disk = self.disk.clone();
         let last = blocking(move || disk.last(Keyspace::Log)).await?;
@@ -169,7 +219,7 @@ impl RaftLogStore {
             batch.put(
                 Keyspace::Log,
                 key,
-                encode(&StoredEntry::V1(entry), "log entry")?,
+                encode(&StoredEntry::V2(entry), "log entry")?,
             );
         }
         let disk = self.disk.clone();
@@ -294,5 +344,119 @@ impl RaftLogStorage<TypeConfig> for RaftLogStore {
             encode(&StoredLogId::V1(log_id), "log id")?,
         );
         Ok(self.write_synced(batch).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ledger_core::{Caller, Command, CommandBody, Stamp, TenantSettings};
+    use openraft::vote::RaftLeaderIdExt;
+    use openraft::{Membership, RaftTypeConfig};
+
+    use super::*;
+    use crate::types::LedgerRequest;
+
+    fn log_id(index: u64) -> LogId {
+        LogId::new(
+            <TypeConfig as RaftTypeConfig>::LeaderId::new_committed(3, 1),
+            index,
+        )
+    }
+
+    fn stored_v1(index: u64, payload: EntryPayload<LedgerRequestV1, u64, BasicNode>) -> Vec<u8> {
+        let old: EntryV1 = openraft::Entry {
+            log_id: log_id(index),
+            payload,
+        };
+        encode(&StoredEntry::V1(old), "log entry").expect("encodes")
+    }
+
+    #[test]
+    fn a_v1_entry_reads_as_stamped_at_ledger_time_only() {
+        let command = Command {
+            command_id: "c-1".into(),
+            caller: Caller::Operator,
+            body: CommandBody::PutTenant {
+                tenant: "acme".into(),
+                settings: TenantSettings::default(),
+            },
+        };
+        let request = LedgerRequestV1 {
+            stamped_at_ms: 5_000,
+            commands: vec![command.clone()],
+        };
+        let bytes = stored_v1(7, EntryPayload::Normal(request));
+        let entry = decode_entry(&log_key(7), &bytes).expect("a V1 entry decodes");
+        assert_eq!(entry.log_id, log_id(7));
+        let EntryPayload::Normal(request) = entry.payload else {
+            panic!("a normal entry stays normal");
+        };
+        assert_eq!(request, LedgerRequest::at(5_000, vec![command]));
+        assert_eq!(request.stamp, Stamp::at(5_000));
+
+        let bytes = stored_v1(8, EntryPayload::Blank);
+        let entry = decode_entry(&log_key(8), &bytes).expect("a V1 blank entry decodes");
+        assert!(matches!(entry.payload, EntryPayload::Blank));
+
+        let membership = Membership::new_with_defaults(vec![[1u64, 2, 3].into()], []);
+        let bytes = stored_v1(9, EntryPayload::Membership(membership.clone()));
+        let entry = decode_entry(&log_key(9), &bytes).expect("a V1 membership entry decodes");
+        assert!(matches!(entry.payload, EntryPayload::Membership(m) if m == membership));
+    }
+
+    fn normal(index: u64, ledger_ms: u64) -> Entry {
+        openraft::Entry {
+            log_id: log_id(index),
+            payload: EntryPayload::Normal(LedgerRequest::at(ledger_ms, Vec::new())),
+        }
+    }
+
+    fn blank(index: u64) -> Entry {
+        openraft::Entry {
+            log_id: log_id(index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    #[test]
+    fn the_latest_stamp_is_read_back_past_entries_without_one() {
+        use openraft_rt::AsyncRuntime;
+        crate::runtime::LedgerRuntime::run(async {
+            let store = RaftLogStore::new(std::sync::Arc::new(crate::disk::SimDisk::new()));
+            assert_eq!(store.latest_stamp().await.expect("reads"), None);
+            let mut entries = vec![normal(1, 1_000), normal(2, 2_000)];
+            entries.extend((3..=40).map(blank));
+            let written = store.append_entries(entries).await.expect("appends");
+            written.expect("synced");
+            assert_eq!(
+                store.latest_stamp().await.expect("reads"),
+                Some(Stamp::at(2_000))
+            );
+            let only_blank = RaftLogStore::new(std::sync::Arc::new(crate::disk::SimDisk::new()));
+            let written = only_blank
+                .append_entries((1..=20).map(blank))
+                .await
+                .expect("appends");
+            written.expect("synced");
+            assert_eq!(only_blank.latest_stamp().await.expect("reads"), None);
+        });
+    }
+
+    #[test]
+    fn a_v2_entry_keeps_its_bounds_on_real_time() {
+        let stamp = Stamp {
+            ledger_ms: 5_000,
+            real_ms_min: 65_000,
+            real_ms_max: 69_000,
+        };
+        let entry = openraft::Entry {
+            log_id: log_id(4),
+            payload: EntryPayload::Normal(LedgerRequest {
+                stamp,
+                commands: Vec::new(),
+            }),
+        };
+        let bytes = encode(&StoredEntry::V2(entry.clone()), "log entry").expect("encodes");
+        assert_eq!(decode_entry(&log_key(4), &bytes).expect("decodes"), entry);
     }
 }

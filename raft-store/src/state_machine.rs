@@ -1,7 +1,7 @@
 //! The replicated state machine: the effect ledger in memory, snapshots on disk.
 //!
 //! Committed entries are applied to an in-memory [`Ledger`]; each normal entry's
-//! commands run in order at the time the leader stamped on the entry, never at a local
+//! commands run in order at the stamp the leader put on the entry, never at a local
 //! clock. Durability comes from two places: snapshots, which are written and synced to
 //! [`Keyspace::Snapshot`](crate::disk::Keyspace::Snapshot), and the Raft log itself. On
 //! restart the state machine starts from the kept snapshot and openraft re-applies the
@@ -52,7 +52,7 @@ impl Applied {
                 outcomes: request
                     .commands
                     .iter()
-                    .map(|command| self.ledger.apply(command, request.stamped_at_ms))
+                    .map(|command| self.ledger.apply_stamped(command, request.stamp))
                     .collect(),
             },
             EntryPayload::Membership(membership) => {
@@ -312,10 +312,7 @@ mod tests {
     #[test]
     fn normal_entry_answers_one_outcome_per_command_at_stamped_time() {
         let mut applied = Applied::default();
-        let request = LedgerRequest {
-            stamped_at_ms: 5_000,
-            commands: vec![put_tenant("a"), put_tenant("b")],
-        };
+        let request = LedgerRequest::at(5_000, vec![put_tenant("a"), put_tenant("b")]);
         let response = applied
             .apply(Entry::new_normal(log_id(1), request))
             .expect("apply");

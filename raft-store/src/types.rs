@@ -2,13 +2,14 @@
 //!
 //! One Raft entry carries a batch of client commands: the leader groups what arrives
 //! together into one entry (one log write, one fsync, one round of replication) and
-//! stamps the batch with its wall time once. Every replica applies the batch's commands
-//! in order at that stamped time, so all of them reach the same outcomes.
+//! stamps the batch once ([`Stamp`]: ledger time and bounds on real time). Every replica
+//! applies the batch's commands in order at that stamp, so all of them reach the same
+//! outcomes.
 
 use std::fmt;
 use std::io::Cursor;
 
-use ledger_core::{Command, Outcome};
+use ledger_core::{Command, Outcome, Stamp};
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::LedgerRuntime;
@@ -17,14 +18,51 @@ use crate::state_machine::LedgerStateMachine;
 /// What one Raft entry asks the ledger to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerRequest {
-    /// The leader's wall time when it proposed the batch (ms since the Unix epoch); the
-    /// only clock the state machine ever sees.
-    pub stamped_at_ms: u64,
+    /// The leader's stamp when it proposed the batch: ledger time and what it knew of real
+    /// time (ms since the Unix epoch). The only clock the state machine ever sees.
+    pub stamp: Stamp,
     /// Applied in this order.
     pub commands: Vec<Command>,
 }
 
+impl LedgerRequest {
+    /// `commands` stamped at ledger time `ledger_ms`, with no more known of real time.
+    pub fn at(ledger_ms: u64, commands: Vec<Command>) -> Self {
+        LedgerRequest {
+            stamp: Stamp::at(ledger_ms),
+            commands,
+        }
+    }
+}
+
 impl fmt::Display for LedgerRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} commands at {} ms (real time {}..={} ms)",
+            self.commands.len(),
+            self.stamp.ledger_ms,
+            self.stamp.real_ms_min,
+            self.stamp.real_ms_max
+        )
+    }
+}
+
+/// A request as the first log format stored it, with ledger time only. Read from old
+/// logs as a request whose stamp knows no more of real time ([`Stamp::at`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LedgerRequestV1 {
+    pub(crate) stamped_at_ms: u64,
+    pub(crate) commands: Vec<Command>,
+}
+
+impl From<LedgerRequestV1> for LedgerRequest {
+    fn from(old: LedgerRequestV1) -> Self {
+        LedgerRequest::at(old.stamped_at_ms, old.commands)
+    }
+}
+
+impl fmt::Display for LedgerRequestV1 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,

@@ -79,10 +79,7 @@ async fn start(disk: DiskRef) -> (Raft, ledger_raft_store::LedgerReader) {
 }
 
 async fn write(raft: &Raft, commands: Vec<ledger_core::Command>) -> Vec<Outcome> {
-    let request = LedgerRequest {
-        stamped_at_ms: STAMPED_AT_MS,
-        commands,
-    };
+    let request = LedgerRequest::at(STAMPED_AT_MS, commands);
     raft.client_write(request)
         .await
         .expect("client write")

@@ -96,10 +96,7 @@ pub fn vote(term: u64) -> Vote {
 
 /// A normal entry carrying `commands` stamped at `stamped_at_ms`.
 pub fn normal_entry(term: u64, index: u64, stamped_at_ms: u64, commands: Vec<Command>) -> Entry {
-    let request = LedgerRequest {
-        stamped_at_ms,
-        commands,
-    };
+    let request = LedgerRequest::at(stamped_at_ms, commands);
     Entry::new_normal(log_id(term, index), request)
 }
 

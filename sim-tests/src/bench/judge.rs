@@ -244,13 +244,13 @@ fn unresolved_reason(agent_reason: &str, records: &[&EffectRecord]) -> String {
             .iter()
             .any(|r| r.slot.is_some() && r.state == EffectState::NotStarted);
         if never_sent {
-            return "not sent: the call stopped at an earlier recipient's slot".into();
+            return "not sent: the agent's calls ended before this recipient's turn".into();
         }
         let done = records
             .iter()
             .any(|r| r.slot.is_some() && r.state == EffectState::Committed);
         if done {
-            return "committed, but the call stopped at another recipient's slot".into();
+            return "committed, but the call's answer waits on another recipient's slot".into();
         }
         return agent_reason.to_owned();
     };

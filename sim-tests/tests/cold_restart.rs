@@ -1,0 +1,279 @@
+//! Scenario: a refund through a keyed provider that forgets a key 30 s after it first saw
+//! it. The refund is sent, its answer is lost (reported unknown), and then every ledger
+//! node goes down at once for 45 s, longer than the horizon, with every wall clock a
+//! little behind real time (within `clock_skew_ms_max`). The cluster comes back and
+//! another tool-server instance retries the refund.
+//!
+//! No monotonic clock measured the outage, so ledger time resumes from the last stamp
+//! and lags real time by it (`ledger_node::stamp_bound`). By ledger time the horizon is
+//! still ahead and a re-send under the same provider key looks safe; in real time the
+//! provider has forgotten the key and would refund a second time. The leader stamps
+//! bounds on real time next to ledger time (`ledger_node::real_time`: after a cold start,
+//! the wall clocks of the nodes that answered, plus the skew), and the state machine
+//! judges the horizon by the upper one. So:
+//! - the retry is answered `horizon_passed`, not `proceed`, and nothing is re-sent;
+//! - reconciliation finds the refund at the provider and the effect commits with its
+//!   receipt;
+//! - the provider executed the refund once.
+//!
+//! With horizons judged by ledger time (or stamps that carry no bounds on real time), the
+//! retry is granted, the re-send reaches a provider that forgot the key, and the refund
+//! is executed twice.
+
+#![cfg(madsim)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use ledger_client::{ClientError, LedgerClient};
+use ledger_core::{
+    ClaimOutcome, Declaration, EffectState, ObservationResult, ReconcileOutcome, Report, ToolName,
+    ToolPolicy, ToolRef,
+};
+use ledger_sim_tests::cluster::ClientNode;
+use ledger_sim_tests::fixtures::{
+    declaration, effect_key, ClusterSettings, ToolKind, TENANT, TENANT_KEY,
+};
+use ledger_sim_tests::provider::Provider;
+use ledger_sim_tests::scenario::Run;
+use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
+use ledger_sim_tests::workload::wall_clock_ms;
+
+const SCENARIO: Scenario = Scenario {
+    test_binary: "cold_restart",
+    test_name: "keyed_resend_after_a_whole_cluster_outage_longer_than_the_horizon_is_not_granted",
+    default_seeds: &[1, 2, 3],
+};
+
+/// The effect.
+const REFUND: &str = "cold-refund";
+/// How long the provider deduplicates a key, from the first time it saw it (real time).
+const HORIZON_MS: u64 = 30_000;
+/// How long every ledger node is down: longer than the horizon.
+const OUTAGE: Duration = Duration::from_secs(45);
+/// How far behind real time every node's wall clock is while it comes back (less than the
+/// default `clock_skew_ms_max` of 2 s).
+const CLOCKS_BEHIND_MS: i64 = 1_500;
+const LEASE_MS: u64 = 5_000;
+const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Tries of one ledger call (same command id) while the cluster settles.
+const TRIES_MAX: u32 = 20;
+
+#[test]
+fn keyed_resend_after_a_whole_cluster_outage_longer_than_the_horizon_is_not_granted() {
+    seeds::run(&SCENARIO, scenario);
+}
+
+/// The refund tool: keyed, with a short horizon and a provider that applies a request
+/// the instant it arrives.
+fn refund_tool() -> (ToolName, ToolPolicy) {
+    let name = ToolName {
+        provider: "payments".into(),
+        name: "refund-30s".into(),
+    };
+    let policy = ToolPolicy {
+        provider_horizon_ms: HORIZON_MS,
+        lease_ms: LEASE_MS,
+        lease_ms_max: 2 * LEASE_MS,
+        processing_ms_max: Some(0),
+        retention_ms: 3_600_000,
+        retry_window_ms: 3_600_000,
+        ..ToolKind::Keyed.policy()
+    };
+    (name, policy)
+}
+
+fn refund_declaration() -> Declaration {
+    let (name, _) = refund_tool();
+    Declaration {
+        tool: ToolRef {
+            provider: name.provider,
+            name: name.name,
+            contract_version: "v1".into(),
+        },
+        ..declaration(REFUND, ToolKind::Keyed)
+    }
+}
+
+/// The provider as the tool server reaches it: it deduplicates the key only until
+/// `HORIZON_MS` after it first saw it.
+struct ForgetfulProvider {
+    provider: Provider,
+    first_seen_ms: Option<u64>,
+}
+
+impl ForgetfulProvider {
+    fn send(&mut self, provider_key: &str) -> String {
+        let now_ms = wall_clock_ms();
+        let first_ms = *self.first_seen_ms.get_or_insert(now_ms);
+        let remembers = now_ms < first_ms + HORIZON_MS;
+        self.provider.send(provider_key, remembers)
+    }
+}
+
+async fn scenario() -> RunOutcome {
+    let run = Run::begin(ClusterSettings::new(3)).await;
+    let cluster = run.cluster.clone();
+    let (name, policy) = refund_tool();
+    cluster
+        .as_operator(move |client| async move {
+            client
+                .put_tool_policy("setup-tool-refund-30s", TENANT, name, policy)
+                .await
+                .unwrap_or_else(|e| panic!("configuring the refund tool failed: {e}"))
+        })
+        .await;
+    let client = cluster.client(cluster.endpoints(), TENANT_KEY);
+    let mut provider = ForgetfulProvider {
+        provider: run.provider.clone(),
+        first_seen_ms: None,
+    };
+    let key = effect_key(REFUND);
+
+    // The first tool server sends the refund; its answer is lost.
+    let first = cluster.client_node("tool-server-a");
+    let grant = match claim(&first, &client, "a").await {
+        ClaimOutcome::Proceed(grant) => grant,
+        other => panic!("the first claim answered {other:?}"),
+    };
+    let receipt = provider.send(&grant.provider_key);
+    let lost = Report::Unknown {
+        reason: "the provider's answer was lost".into(),
+    };
+    let (state, _) = on(&first, &client, "report-a", move |c| {
+        let (key, lost) = (effect_key(REFUND), lost.clone());
+        async move {
+            c.report("cold-report-a", key, grant.fencing_token, lost)
+                .await
+        }
+    })
+    .await;
+    assert_eq!(state, EffectState::UnknownAfterDispatch);
+    run.trace.note("refund sent; its answer was lost");
+
+    // Every node goes down for longer than the horizon; their clocks come back slow.
+    let ids = cluster.ids();
+    for id in &ids {
+        cluster.crash(*id);
+    }
+    tokio::time::sleep(OUTAGE).await;
+    for id in &ids {
+        cluster.step_wall_clock(*id, -CLOCKS_BEHIND_MS);
+        cluster.restart(*id);
+    }
+    let leader = run.leader(LEADER_TIMEOUT).await;
+    run.trace.note(format!(
+        "every node down {} s and restarted; node {leader} leads",
+        OUTAGE.as_secs()
+    ));
+
+    // Another instance retries the refund.
+    let second = cluster.client_node("tool-server-b");
+    match claim(&second, &client, "b").await {
+        ClaimOutcome::HorizonPassed(unsettled) => {
+            assert_eq!(unsettled.dispatches, 1);
+            run.trace.note("the retry was told the horizon has passed");
+        }
+        ClaimOutcome::Proceed(resend) => {
+            // A tool server re-sends on a grant; the provider may have forgotten the key.
+            provider.send(&resend.provider_key);
+            run.trace.note(format!(
+                "a re-send was granted (stamped {} ms, real time {} ms)",
+                resend.granted_at_ms,
+                wall_clock_ms()
+            ));
+        }
+        other => panic!("the retry answered {other:?}"),
+    }
+    let executions = run.provider.effects()[&grant.provider_key].executions;
+    assert_eq!(
+        executions, 1,
+        "the provider refunded {executions} times: a keyed re-send reached it after its \
+         horizon"
+    );
+
+    reconcile(&run, &second, &client, &grant.provider_key).await;
+    for id in &ids {
+        cluster.correct_clock(*id);
+    }
+    let outcome = run.verify(&[], std::slice::from_ref(&key), true).await;
+    let record = &outcome.views[0].records[&key];
+    assert_eq!(record.receipt.as_deref(), Some(receipt.as_str()));
+    outcome.outcome
+}
+
+/// Claims the refund from `machine` as holder `tool-server-{who}`.
+async fn claim(machine: &ClientNode, client: &LedgerClient, who: &str) -> ClaimOutcome {
+    let holder = format!("tool-server-{who}");
+    let command_id = format!("cold-claim-{who}");
+    on(machine, client, "claim", move |c| {
+        let (holder, command_id) = (holder.clone(), command_id.clone());
+        async move {
+            c.claim(&command_id, refund_declaration(), &holder, None, None)
+                .await
+        }
+    })
+    .await
+}
+
+/// Settles the unknown refund by looking at the provider: it holds the refund.
+async fn reconcile(run: &Run, machine: &ClientNode, client: &LedgerClient, provider_key: &str) {
+    let observer = match on(machine, client, "begin-reconcile", |c| async move {
+        c.begin_reconcile("cold-reconcile", effect_key(REFUND), "reconciler", None)
+            .await
+    })
+    .await
+    {
+        ReconcileOutcome::Observe(grant) => grant,
+        other => panic!("reconciliation answered {other:?}"),
+    };
+    let receipt = run
+        .provider
+        .observe(provider_key)
+        .expect("the provider holds the refund");
+    let (state, escalated) = on(machine, client, "observe", move |c| {
+        let result = ObservationResult::Committed {
+            receipt: receipt.clone(),
+        };
+        async move {
+            c.observe(
+                "cold-observe",
+                effect_key(REFUND),
+                observer.fencing_token,
+                result,
+                "found by provider key",
+            )
+            .await
+        }
+    })
+    .await;
+    assert_eq!((state, escalated), (EffectState::Committed, false));
+    run.trace
+        .note("reconciliation found the refund; the effect committed");
+}
+
+/// Runs `call` with the tenant's client on `machine`, again (same command id, which the
+/// ledger deduplicates) while the cluster is unavailable.
+async fn on<T, F, Fut>(machine: &ClientNode, client: &LedgerClient, what: &str, call: F) -> T
+where
+    T: Send + 'static,
+    F: Fn(LedgerClient) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, ClientError>> + Send + 'static,
+{
+    let (client, what) = (client.clone(), what.to_owned());
+    machine
+        .spawn(async move {
+            let mut last = None;
+            for _ in 0..TRIES_MAX {
+                match call(client.clone()).await {
+                    Ok(answer) => return answer,
+                    Err(e @ ClientError::Refused(_)) => panic!("{what} was refused: {e}"),
+                    Err(e) => last = Some(e),
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            panic!("{what} failed {TRIES_MAX} times, last: {last:?}")
+        })
+        .await
+        .expect("the tool-server machine runs")
+}
