@@ -59,6 +59,14 @@ impl SearchSpec {
         self.path.replace("{provider_key}", &encoded(provider_key))
     }
 
+    /// The provider key `path` asks for, when it is this search's path for a key: the
+    /// inverse of [`SearchSpec::path_for`], for a provider that answers the search.
+    pub fn provider_key_in(&self, path: &str) -> Option<String> {
+        let (prefix, suffix) = self.path.split_once("{provider_key}")?;
+        let key = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
+        (!key.is_empty() && key.bytes().all(unreserved)).then(|| key.to_owned())
+    }
+
     /// The receipt of `found`: the match without the fields that change.
     pub fn receipt(&self, mut found: Value) -> String {
         if let Some(object) = found.as_object_mut() {
@@ -70,11 +78,16 @@ impl SearchSpec {
     }
 }
 
+/// Whether `b` may stand in a URL unencoded.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+}
+
 /// `text` with every byte but the URL-unreserved ones percent-encoded.
 fn encoded(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+        if unreserved(b) {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -188,6 +201,17 @@ mod tests {
         };
         assert_eq!(spec.path_for("el1_ab"), "/jobs?ref=el1_ab");
         assert_eq!(spec.path_for("a b&c"), "/jobs?ref=a%20b%26c");
+        assert_eq!(
+            spec.provider_key_in("/jobs?ref=el1_ab").as_deref(),
+            Some("el1_ab")
+        );
+        assert_eq!(
+            spec.provider_key_in("/jobs?ref=a%20b"),
+            None,
+            "not a key this search makes"
+        );
+        assert_eq!(spec.provider_key_in("/jobs?ref="), None);
+        assert_eq!(spec.provider_key_in("/tickets?ref=el1_ab"), None);
         let running = json!({ "job_id": "j1", "status": "running" });
         let done = json!({ "job_id": "j1", "status": "succeeded" });
         assert_eq!(spec.receipt(running), spec.receipt(done));

@@ -107,11 +107,11 @@ impl ProviderTransport for Provider {
         &'a self,
         request: &'a ProviderRequest,
     ) -> BoxFuture<'a, Result<JsonAnswer, SendError>> {
-        let prefix = SEARCH_PATH.trim_end_matches("{provider_key}");
-        let answer = match request.path.strip_prefix(prefix) {
+        let asked = Provider::search_spec().provider_key_in(&request.path);
+        let answer = match asked {
             Some(key) if request.method == Method::Get => {
                 let found: Vec<Value> = self
-                    .observe(key)
+                    .observe(&key)
                     .map(|r| serde_json::from_str(&r).unwrap_or(Value::String(r)))
                     .into_iter()
                     .collect();

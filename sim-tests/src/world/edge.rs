@@ -128,7 +128,7 @@ impl World {
     pub fn search(&self, path: &str) -> JsonAnswer {
         let asked = ProviderKind::ALL.into_iter().find_map(|kind| {
             let spec = kind.search()?;
-            Some((kind, key_in(&spec, path)?, spec.list))
+            Some((kind, spec.provider_key_in(path)?, spec.list))
         });
         let Some((kind, key, list)) = asked else {
             return JsonAnswer {
@@ -158,17 +158,6 @@ fn listed(list: String, items: Vec<Value>) -> JsonAnswer {
         status: 200,
         body: Value::Object(body),
     }
-}
-
-/// The provider key `path` asks for under `spec`, if it is that search's path.
-fn key_in(spec: &SearchSpec, path: &str) -> Option<String> {
-    let (prefix, suffix) = spec.path.split_once("{provider_key}")?;
-    let key = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    (!key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
-    .then(|| key.to_owned())
 }
 
 /// Whether `request` reads.
