@@ -215,15 +215,7 @@ impl Transport {
     ) -> Result<pb::LeaderResponse, ClientError> {
         let request = self.request(pb::LeaderRequest {});
         let mut admin = AdminClient::new(self.channel(i));
-        let call = admin.leader(request);
-        match tokio::time::timeout(Duration::from_millis(timeout_ms), call).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(ClientError::from_status(status)),
-            Err(_) => Err(ClientError::Unavailable {
-                attempts: 1,
-                last: format!("{} did not answer", self.inner.endpoints[i]),
-            }),
-        }
+        self.once(i, timeout_ms, admin.leader(request)).await
     }
 
     /// The status of endpoint `i`, asked once (it is that node's view that matters).
@@ -236,7 +228,16 @@ impl Transport {
     ) -> Result<pb::StatusResponse, ClientError> {
         let request = self.request(pb::StatusRequest { with_state_digest });
         let mut admin = AdminClient::new(self.channel(i));
-        let call = admin.status(request);
+        self.once(i, timeout_ms, admin.status(request)).await
+    }
+
+    /// The answer of `call` to endpoint `i`, asked once within `timeout_ms`.
+    async fn once<T>(
+        &self,
+        i: usize,
+        timeout_ms: u64,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, ClientError> {
         match tokio::time::timeout(Duration::from_millis(timeout_ms), call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(ClientError::from_status(status)),
