@@ -7,14 +7,16 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use serde::{Deserialize, Serialize};
+
 use crate::key::EffectKey;
 use crate::ledger::Ledger;
 use crate::record::{EffectRecord, EffectState};
 use crate::tombstone::Tombstone;
 use crate::usage::TenantUsage;
 
-/// A page of records for operators and reconcilers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A page of records for operators and reconcilers (also sent between nodes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListQuery {
     /// Only this tenant's records.
     pub tenant: String,

@@ -16,7 +16,7 @@ use ledger_proto::{outcome_to_response, pb, refusal_to_status};
 use crate::auth::Authenticator;
 use crate::error::NodeError;
 use crate::node::LedgerNode;
-use crate::wire::{ListSpec, ReadRequest, ReadResponse};
+use crate::wire::{ReadRequest, ReadResponse};
 
 /// Serves the ledger API on one node.
 pub struct LedgerService {
@@ -160,15 +160,7 @@ impl pb::ledger_server::Ledger for LedgerService {
         let caller = self.auth.caller(&request)?;
         let query = ledger_core::ListQuery::try_from(request.into_inner())?;
         Self::check_reader(&caller, &query.tenant)?;
-        let spec = ListSpec {
-            tenant: query.tenant,
-            state: query.state,
-            workflow_id: query.workflow_id,
-            updated_at_or_before_ms: query.updated_at_or_before_ms,
-            after: query.after,
-            limit: query.limit,
-        };
-        match self.node.read(ReadRequest::List(spec)).await? {
+        match self.node.read(ReadRequest::List(query)).await? {
             ReadResponse::Records(records) => Ok(Response::new(pb::ListResponse {
                 records: records.into_iter().map(Into::into).collect(),
             })),

@@ -220,8 +220,8 @@ impl LedgerNode {
             })?;
         Ok(self.reader.read(|ledger| match request {
             ReadRequest::Get(key) => ReadResponse::Record(ledger.get(key).cloned().map(Box::new)),
-            ReadRequest::List(spec) => {
-                ReadResponse::Records(ledger.list(&spec.query()).into_iter().cloned().collect())
+            ReadRequest::List(query) => {
+                ReadResponse::Records(ledger.list(query).into_iter().cloned().collect())
             }
             ReadRequest::Tenant(t) => ReadResponse::Tenant(ledger.tenant(t).cloned()),
         }))

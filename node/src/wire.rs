@@ -8,7 +8,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use ledger_core::{Command, EffectKey, EffectRecord, EffectState, Outcome, TenantConfig};
+use ledger_core::{Command, EffectKey, EffectRecord, ListQuery, Outcome, TenantConfig};
 
 use crate::ledger_time::PeerClocks;
 
@@ -43,40 +43,9 @@ pub enum ReadRequest {
     /// One record.
     Get(EffectKey),
     /// A page of records.
-    List(ListSpec),
+    List(ListQuery),
     /// A tenant's configuration.
     Tenant(String),
-}
-
-/// A list query as sent between nodes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListSpec {
-    /// Tenant.
-    pub tenant: String,
-    /// State filter.
-    pub state: Option<EffectState>,
-    /// Workflow filter.
-    pub workflow_id: Option<String>,
-    /// Age filter.
-    pub updated_at_or_before_ms: Option<u64>,
-    /// Start after this key.
-    pub after: Option<EffectKey>,
-    /// Page size.
-    pub limit: usize,
-}
-
-impl ListSpec {
-    /// The core query.
-    pub fn query(&self) -> ledger_core::ListQuery {
-        ledger_core::ListQuery {
-            tenant: self.tenant.clone(),
-            state: self.state,
-            workflow_id: self.workflow_id.clone(),
-            updated_at_or_before_ms: self.updated_at_or_before_ms,
-            after: self.after.clone(),
-            limit: self.limit,
-        }
-    }
 }
 
 /// The answer to a [`ReadRequest`].
