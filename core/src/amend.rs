@@ -23,8 +23,9 @@ use crate::ledger::Ledger;
 use crate::limits::AMENDMENTS_MAX;
 use crate::outcome::{IntentConflict, Outcome, Refusal};
 use crate::record::{Amendment, EffectRecord, EffectState};
+use crate::store::Store;
 
-impl Ledger {
+impl<S: Store> Ledger<S> {
     pub(crate) fn amend(&mut self, decl: &Declaration, now: u64) -> Outcome {
         let valid = decl
             .key
@@ -33,7 +34,7 @@ impl Ledger {
         if let Err(e) = valid {
             return e.into();
         }
-        let Some(rec) = self.get(&decl.key) else {
+        let Some(ref rec) = self.get(&decl.key) else {
             return self.missing(&decl.key).into();
         };
         // The record's own policy: the volatile fields it was declared under.
@@ -83,11 +84,10 @@ impl Ledger {
             return Ok(());
         }
         let tenant = &rec.key.tenant;
-        let Some(config) = self.state.tenants.get(tenant) else {
+        let Some(config) = self.tenant(tenant) else {
             return Err(Refusal::UnknownTenant(tenant.clone()));
         };
-        self.usage
-            .check_quota(tenant, &config.settings, 0, growth_bytes)
+        crate::usage::Usage::check_quota(&self.store, tenant, &config.settings, 0, growth_bytes)
     }
 }
 

@@ -12,8 +12,9 @@ use crate::limits::RECEIPT_BYTES_MAX;
 use crate::outcome::{Outcome, Refusal};
 use crate::record::{AttemptKind, AttemptOutcome, EffectRecord, EffectState};
 use crate::stamp::Stamp;
+use crate::store::Store;
 
-impl Ledger {
+impl<S: Store> Ledger<S> {
     pub(crate) fn heartbeat(
         &mut self,
         key: &EffectKey,
@@ -22,7 +23,7 @@ impl Ledger {
         at: Stamp,
     ) -> Outcome {
         let now = at.ledger_ms;
-        let Some(rec) = self.get(key) else {
+        let Some(ref rec) = self.get(key) else {
             return self.missing(key).into();
         };
         let kind = match rec.attempt_by_token(token) {
@@ -65,7 +66,7 @@ impl Ledger {
         report: &Report,
         now: u64,
     ) -> Outcome {
-        let Some(rec) = self.get(key) else {
+        let Some(ref rec) = self.get(key) else {
             return self.missing(key).into();
         };
         if let Err(refusal) = check_report(rec, token, report, now) {

@@ -27,8 +27,9 @@ use crate::record::{
     Slot,
 };
 use crate::stamp::Stamp;
+use crate::store::Store;
 
-impl Ledger {
+impl<S: Store> Ledger<S> {
     pub(crate) fn declare(&mut self, decl: &Declaration, slots: u32, now: u64) -> Outcome {
         if let Err(e) = decl
             .key
@@ -75,11 +76,11 @@ impl Ledger {
         {
             return Refusal::Expired(Box::new(tombstone.expired())).into();
         }
-        if let Some(existing) = self.get(&other_shape) {
+        if let Some(ref existing) = self.get(&other_shape) {
             return Refusal::Conflict(shape_conflict(existing, &intent)).into();
         }
         for key in &keys {
-            if let Some(existing) = self.get(key) {
+            if let Some(ref existing) = self.get(key) {
                 let offered =
                     match canonicalize(&decl.intent_json, &existing.policy.volatile_fields) {
                         Ok(offered) => offered,
@@ -154,7 +155,7 @@ impl Ledger {
                 refused => return refused,
             }
         }
-        let rec = self.get(&decl.key).expect("declared above");
+        let rec = &self.get(&decl.key).expect("declared above");
         let offered = match canonicalize(&decl.intent_json, &rec.policy.volatile_fields) {
             Ok(offered) => offered,
             Err(e) => return Refusal::InvalidIntent(e).into(),

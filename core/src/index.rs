@@ -1,20 +1,23 @@
 //! Secondary indexes over the records: lease deadlines, retention deadlines, state and
-//! workflow, and tombstone expiry.
+//! workflow, and counts per state; kept in the derived tables of the [`Store`].
 //!
-//! They are derived from the records and tombstones alone, never serialised, and rebuilt
-//! on restore, so a snapshot holds each fact once. Every record write goes through
-//! [`Indexes::replace`], which moves the record's entries from its old to its new shape.
+//! They are derived from the records alone, never carried by a snapshot, and rebuilt on
+//! restore, so a snapshot holds each fact once. Every record write goes through
+//! [`replace`], which moves the record's entries from its old to its new shape.
 //!
 //! The slots of one declaration (`base#0 .. base#n-1`) are collected together, so they
 //! have one retention entry between them: the group's, due at the latest slot deadline
 //! once every slot has one (every slot finished), and absent before. A group blocked by
 //! one unfinished slot is therefore never "due" and never makes the sweeper spin.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use crate::command::Caller;
+use serde::{Deserialize, Serialize};
+
 use crate::key::EffectKey;
+use crate::keycode::{self, put_key, put_str, put_u64, Reader};
 use crate::record::{EffectRecord, EffectState};
+use crate::store::{Store, StoreExt, Table};
 
 /// The index entries one record contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,10 +76,44 @@ impl Collectable {
             Collectable::Slots { count, .. } => *count as usize,
         }
     }
+
+    /// Its retention entry: the deadline, then a variant byte and the key(s).
+    fn entry(&self, at_ms: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_u64(&mut out, at_ms);
+        match self {
+            Collectable::Record(key) => {
+                out.push(0);
+                put_key(&mut out, key);
+            }
+            Collectable::Slots { base, count } => {
+                out.push(1);
+                put_key(&mut out, base);
+                out.extend_from_slice(&count.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    /// Reads a retention entry back.
+    pub(crate) fn read_entry(bytes: &[u8]) -> Option<(u64, Collectable)> {
+        let mut r = Reader::new(bytes);
+        let at_ms = r.u64()?;
+        let collectable = match r.byte()? {
+            0 => Collectable::Record(r.key()?),
+            1 => {
+                let base = r.key()?;
+                let count = r.u32()?;
+                Collectable::Slots { base, count }
+            }
+            _ => return None,
+        };
+        r.done((at_ms, collectable))
+    }
 }
 
 /// The retention deadlines of a declaration's finished slots.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SlotGroup {
     count: u32,
     /// `(retention deadline, slot index)` of every slot that has a deadline.
@@ -92,113 +129,145 @@ impl SlotGroup {
     }
 }
 
-/// Ordered sets keyed by what the sweeper and list queries look up.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Indexes {
-    /// Open attempts by the end of their lease.
-    pub(crate) leases: BTreeSet<(u64, EffectKey)>,
-    /// Collectable records and slot groups by retention deadline.
-    pub(crate) retention: BTreeSet<(u64, Collectable)>,
-    /// Slot groups with at least one finished slot, by base key.
-    pub(crate) slot_groups: BTreeMap<EffectKey, SlotGroup>,
-    /// Tombstones by the end of their window.
-    pub(crate) tombstone_expiry: BTreeSet<(u64, EffectKey)>,
-    /// Records by state.
-    pub(crate) by_state: BTreeSet<(EffectState, EffectKey)>,
-    /// Records by (tenant, workflow).
-    pub(crate) by_workflow: BTreeSet<(String, String, EffectKey)>,
-    /// Recorded command ids by the end of their retention.
-    pub(crate) command_expiry: BTreeSet<(u64, Caller, String)>,
+/// The key of a record in [`Table::ByState`].
+pub(crate) fn by_state(state: EffectState, key: &EffectKey) -> Vec<u8> {
+    let mut out = vec![keycode::state(state)];
+    put_key(&mut out, key);
+    out
 }
 
-impl Indexes {
-    /// Moves `key`'s entries from `old` (absent for a new record) to `new` (absent for a
-    /// removed one).
-    pub(crate) fn replace(
-        &mut self,
-        key: &EffectKey,
-        old: Option<&Entries>,
-        new: Option<&Entries>,
-    ) {
-        if old == new {
-            return;
-        }
-        if let Some(e) = old {
-            if let Some(t) = e.lease_until_ms {
-                self.leases.remove(&(t, key.clone()));
-            }
-            if let Some(t) = e.retention_deadline_ms {
-                self.forget_deadline(key, e, t);
-            }
-            self.by_state.remove(&(e.state, key.clone()));
-            self.by_workflow
-                .remove(&(key.tenant.clone(), e.workflow_id.clone(), key.clone()));
-        }
-        if let Some(e) = new {
-            if let Some(t) = e.lease_until_ms {
-                self.leases.insert((t, key.clone()));
-            }
-            if let Some(t) = e.retention_deadline_ms {
-                self.note_deadline(key, e, t);
-            }
-            self.by_state.insert((e.state, key.clone()));
-            self.by_workflow
-                .insert((key.tenant.clone(), e.workflow_id.clone(), key.clone()));
-        }
-    }
+/// The key of a record in [`Table::ByWorkflow`].
+pub(crate) fn by_workflow(tenant: &str, workflow_id: &str, key: &EffectKey) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_str(&mut out, tenant);
+    put_str(&mut out, workflow_id);
+    put_key(&mut out, key);
+    out
+}
 
-    fn note_deadline(&mut self, key: &EffectKey, e: &Entries, t: u64) {
-        match &e.slot {
-            None => {
-                self.retention.insert((t, Collectable::Record(key.clone())));
-            }
-            Some((base, index, count)) => self.change_group(base, *count, |g| {
-                g.deadlines.insert((t, *index));
-            }),
-        }
-    }
+/// The key of a state's counter in [`Table::Counts`].
+pub(crate) fn state_counter(state: EffectState) -> Vec<u8> {
+    vec![b's', keycode::state(state)]
+}
 
-    fn forget_deadline(&mut self, key: &EffectKey, e: &Entries, t: u64) {
-        match &e.slot {
-            None => {
-                self.retention
-                    .remove(&(t, Collectable::Record(key.clone())));
-            }
-            Some((base, index, count)) => self.change_group(base, *count, |g| {
-                g.deadlines.remove(&(t, *index));
-            }),
-        }
-    }
+/// The key of the tombstone counter in [`Table::Counts`].
+pub(crate) const TOMBSTONE_COUNTER: &[u8] = b"tombstones";
+/// The key of the remembered-command counter in [`Table::Counts`].
+pub(crate) const COMMAND_COUNTER: &[u8] = b"commands";
 
-    /// Changes a group's deadlines and moves its retention entry accordingly.
-    fn change_group(&mut self, base: &EffectKey, count: u32, change: impl FnOnce(&mut SlotGroup)) {
-        let group = self.slot_groups.entry(base.clone()).or_insert(SlotGroup {
+/// Adds `delta` to a counter in [`Table::Counts`]; a counter at zero is not stored.
+pub(crate) fn count<S: Store + ?Sized>(store: &mut S, counter: &[u8], delta: i64) {
+    let value: u64 = store.load(Table::Counts, counter, "counter").unwrap_or(0);
+    let changed = value
+        .checked_add_signed(delta)
+        .unwrap_or_else(|| panic!("counter {counter:?} went below zero"));
+    if changed == 0 {
+        store.delete(Table::Counts, counter);
+    } else {
+        store.save(Table::Counts, counter.to_vec(), &changed);
+    }
+}
+
+/// Moves `key`'s entries from `old` (absent for a new record) to `new` (absent for a
+/// removed one).
+pub(crate) fn replace<S: Store + ?Sized>(
+    store: &mut S,
+    key: &EffectKey,
+    old: Option<&Entries>,
+    new: Option<&Entries>,
+) {
+    if old == new {
+        return;
+    }
+    if let Some(e) = old {
+        if let Some(t) = e.lease_until_ms {
+            store.delete(Table::Leases, &keycode::at_key(t, key));
+        }
+        if let Some(t) = e.retention_deadline_ms {
+            forget_deadline(store, key, e, t);
+        }
+        if new.is_none_or(|n| n.state != e.state) {
+            store.delete(Table::ByState, &by_state(e.state, key));
+            count(store, &state_counter(e.state), -1);
+        }
+        store.delete(
+            Table::ByWorkflow,
+            &by_workflow(&key.tenant, &e.workflow_id, key),
+        );
+    }
+    if let Some(e) = new {
+        if let Some(t) = e.lease_until_ms {
+            store.put(Table::Leases, keycode::at_key(t, key), Vec::new());
+        }
+        if let Some(t) = e.retention_deadline_ms {
+            note_deadline(store, key, e, t);
+        }
+        if old.is_none_or(|o| o.state != e.state) {
+            store.put(Table::ByState, by_state(e.state, key), Vec::new());
+            count(store, &state_counter(e.state), 1);
+        }
+        store.put(
+            Table::ByWorkflow,
+            by_workflow(&key.tenant, &e.workflow_id, key),
+            Vec::new(),
+        );
+    }
+}
+
+fn note_deadline<S: Store + ?Sized>(store: &mut S, key: &EffectKey, e: &Entries, t: u64) {
+    match &e.slot {
+        None => store.put(
+            Table::Retention,
+            Collectable::Record(key.clone()).entry(t),
+            Vec::new(),
+        ),
+        Some((base, index, count)) => change_group(store, base, *count, |g| {
+            g.deadlines.insert((t, *index));
+        }),
+    }
+}
+
+fn forget_deadline<S: Store + ?Sized>(store: &mut S, key: &EffectKey, e: &Entries, t: u64) {
+    match &e.slot {
+        None => store.delete(Table::Retention, &Collectable::Record(key.clone()).entry(t)),
+        Some((base, index, count)) => change_group(store, base, *count, |g| {
+            g.deadlines.remove(&(t, *index));
+        }),
+    }
+}
+
+/// Changes a group's deadlines and moves its retention entry accordingly.
+fn change_group<S: Store + ?Sized>(
+    store: &mut S,
+    base: &EffectKey,
+    count: u32,
+    change: impl FnOnce(&mut SlotGroup),
+) {
+    let group_key = keycode::key(base);
+    let mut group = store
+        .load(Table::SlotGroups, &group_key, "slot group")
+        .unwrap_or(SlotGroup {
             count,
             deadlines: BTreeSet::new(),
         });
-        let count = group.count;
-        let entry = |t| {
-            (
-                t,
-                Collectable::Slots {
-                    base: base.clone(),
-                    count,
-                },
-            )
-        };
-        let before = group.due_ms().map(entry);
-        change(group);
-        let after = group.due_ms().map(entry);
-        if group.deadlines.is_empty() {
-            self.slot_groups.remove(base);
+    let slots = Collectable::Slots {
+        base: base.clone(),
+        count: group.count,
+    };
+    let before = group.due_ms().map(|t| slots.entry(t));
+    change(&mut group);
+    let after = group.due_ms().map(|t| slots.entry(t));
+    if group.deadlines.is_empty() {
+        store.delete(Table::SlotGroups, &group_key);
+    } else {
+        store.save(Table::SlotGroups, group_key, &group);
+    }
+    if before != after {
+        if let Some(old) = before {
+            store.delete(Table::Retention, &old);
         }
-        if before != after {
-            if let Some(old) = before {
-                self.retention.remove(&old);
-            }
-            if let Some(new) = after {
-                self.retention.insert(new);
-            }
+        if let Some(new) = after {
+            store.put(Table::Retention, new, Vec::new());
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The ledger: all effect records, tombstones of collected ones, tenants, tool policies
-//! and remembered command ids, and the one entry point that changes them,
-//! [`Ledger::apply`]. Every record and tombstone write goes through `insert_record`,
+//! and remembered command ids, kept in a [`Store`], and the one entry point that changes
+//! them, [`Ledger::apply`]. Every record and tombstone write goes through `insert_record`,
 //! `update`, `remove_record`, `insert_tombstone` or `remove_tombstone`, which keep the
-//! indexes and per-tenant usage counters in step. Read-only queries are in `query`.
+//! indexes, counts and per-tenant usage counters in step. Read-only queries are in
+//! `query`.
 //!
 //! `apply_stamped(command, stamp)` is deterministic: the same commands with the same stamps
 //! give the same outcomes and the same state on every replica. Time only ever comes in as
@@ -17,12 +18,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::command::{Caller, Command, CommandBody};
-use crate::index::{Entries, Indexes};
+use crate::index::{self, Entries};
 use crate::key::{validate_command_id, validate_tenant, EffectKey};
+use crate::keycode::{self, put_caller, put_str};
 use crate::outcome::{Outcome, Refusal};
 use crate::policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
 use crate::record::{EffectRecord, EffectState};
 use crate::stamp::Stamp;
+use crate::store::{MemStore, Store, StoreExt, Table};
 use crate::tombstone::Tombstone;
 use crate::usage::{record_bytes, Usage};
 
@@ -45,44 +48,59 @@ pub(crate) struct CommandEntry {
     pub(crate) expires_at_ms: u64,
 }
 
-/// The serialised part of the ledger. Ordered maps only, so its encoding is deterministic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct State {
-    pub(crate) clock_ms: u64,
-    pub(crate) next_fencing_token: u64,
-    pub(crate) tenants: BTreeMap<String, TenantConfig>,
-    pub(crate) effects: BTreeMap<EffectKey, EffectRecord>,
-    pub(crate) commands: BTreeMap<(Caller, String), CommandEntry>,
-    /// What is kept of collected records, by key.
-    pub(crate) tombstones: BTreeMap<EffectKey, Tombstone>,
+/// Key of the ledger clock in [`Table::Meta`].
+pub(crate) const CLOCK_KEY: &[u8] = b"clock_ms";
+/// Key of the next fencing token in [`Table::Meta`].
+pub(crate) const TOKEN_KEY: &[u8] = b"next_fencing_token";
+
+/// The key of a remembered command in [`Table::Commands`].
+pub(crate) fn command_key(caller: &Caller, command_id: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_caller(&mut out, caller);
+    put_str(&mut out, command_id);
+    out
 }
 
-impl Default for State {
-    fn default() -> Self {
-        State {
-            clock_ms: 0,
-            next_fencing_token: 1,
-            tenants: BTreeMap::new(),
-            effects: BTreeMap::new(),
-            commands: BTreeMap::new(),
-            tombstones: BTreeMap::new(),
-        }
-    }
+/// The key of a remembered command in [`Table::CommandExpiry`].
+pub(crate) fn command_expiry_key(expires_at_ms: u64, caller: &Caller, command_id: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    keycode::put_u64(&mut out, expires_at_ms);
+    out.extend(command_key(caller, command_id));
+    out
 }
 
-/// The effect ledger state machine.
+/// The effect ledger state machine over the store `S` (in memory by default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Ledger {
-    pub(crate) state: State,
-    pub(crate) index: Indexes,
-    /// Per-tenant counters, derived like the indexes.
-    pub(crate) usage: Usage,
+pub struct Ledger<S = MemStore> {
+    pub(crate) store: S,
 }
 
 impl Ledger {
-    /// An empty ledger.
+    /// An empty ledger in memory.
     pub fn new() -> Self {
         Self::default()
+    }
+}
+
+impl<S: Store> Ledger<S> {
+    /// The ledger kept in `store` (empty or as left by earlier applies).
+    pub fn on(store: S) -> Self {
+        Ledger { store }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The store, to take what the last commands wrote (see [`Store`]).
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Gives the store back.
+    pub fn into_store(self) -> S {
+        self.store
     }
 
     /// Applies one command at ledger time `now_ms`, with no more known of real time than
@@ -102,8 +120,9 @@ impl Ledger {
                 return refusal.into();
             }
             let fingerprint = fingerprint(&command.body);
-            let id = (command.caller.clone(), command.command_id.clone());
-            if let Some(entry) = self.state.commands.get(&id) {
+            let id = command_key(&command.caller, &command.command_id);
+            let remembered: Option<CommandEntry> = self.store.load(Table::Commands, &id, "command");
+            if let Some(entry) = remembered {
                 return if entry.fingerprint == fingerprint {
                     entry.outcome.clone()
                 } else {
@@ -114,8 +133,11 @@ impl Ledger {
         } else {
             None
         };
-        let at = stamp.applied(self.state.clock_ms);
-        self.state.clock_ms = at.ledger_ms;
+        let at = stamp.applied(self.clock_ms());
+        if at.ledger_ms != self.clock_ms() {
+            self.store
+                .save(Table::Meta, CLOCK_KEY.to_vec(), &at.ledger_ms);
+        }
         let outcome = self.execute(&command.caller, &command.body, at);
         if let Some(fingerprint) = fingerprint {
             self.remember(command, fingerprint, &outcome, at.ledger_ms);
@@ -129,7 +151,7 @@ impl Ledger {
         validate_command_id(&command.command_id)?;
         if let Caller::Tenant(tenant) = &command.caller {
             validate_tenant(tenant)?;
-            if !self.state.tenants.contains_key(tenant) {
+            if self.tenant(tenant).is_none() {
                 return Err(Refusal::UnknownTenant(tenant.clone()));
             }
         }
@@ -138,22 +160,31 @@ impl Ledger {
 
     fn remember(&mut self, command: &Command, fingerprint: [u8; 32], outcome: &Outcome, now: u64) {
         let retention_ms = match &command.caller {
-            Caller::Tenant(t) => self.state.tenants[t].settings.command_retention_ms,
+            Caller::Tenant(t) => {
+                self.tenant(t)
+                    .expect("admitted commands come from registered tenants")
+                    .settings
+                    .command_retention_ms
+            }
             Caller::Operator => TenantSettings::default().command_retention_ms,
         };
         let expires_at_ms = now.saturating_add(retention_ms);
-        let id = (command.caller.clone(), command.command_id.clone());
-        self.index
-            .command_expiry
-            .insert((expires_at_ms, id.0.clone(), id.1.clone()));
-        self.state.commands.insert(
-            id,
-            CommandEntry {
+        let (caller, id) = (&command.caller, &command.command_id);
+        self.store.put(
+            Table::CommandExpiry,
+            command_expiry_key(expires_at_ms, caller, id),
+            Vec::new(),
+        );
+        self.store.save(
+            Table::Commands,
+            command_key(caller, id),
+            &CommandEntry {
                 fingerprint,
                 outcome: outcome.clone(),
                 expires_at_ms,
             },
         );
+        index::count(&mut self.store, index::COMMAND_COUNTER, 1);
     }
 
     fn execute(&mut self, caller: &Caller, body: &CommandBody, at: Stamp) -> Outcome {
@@ -227,7 +258,7 @@ impl Ledger {
             }
         }
         validate_tenant(&key.tenant)?;
-        if !self.state.tenants.contains_key(&key.tenant) {
+        if self.tenant(&key.tenant).is_none() {
             return Err(Refusal::UnknownTenant(key.tenant.clone()));
         }
         Ok(())
@@ -237,16 +268,15 @@ impl Ledger {
         if let Err(e) = validate_tenant(tenant) {
             return e.into();
         }
-        self.state
-            .tenants
-            .entry(tenant.to_owned())
-            .or_default()
-            .settings = settings.clone();
+        let mut config = self.tenant(tenant).unwrap_or_default();
+        config.settings = settings.clone();
+        self.store
+            .save(Table::Tenants, keycode::string(tenant), &config);
         Outcome::Configured
     }
 
     fn put_tool_policy(&mut self, tenant: &str, tool: &ToolName, policy: &ToolPolicy) -> Outcome {
-        let Some(config) = self.state.tenants.get_mut(tenant) else {
+        let Some(mut config) = self.tenant(tenant) else {
             return Refusal::UnknownTenant(tenant.to_owned()).into();
         };
         let valid = crate::key::validate_name("tool.provider", &tool.provider)
@@ -258,17 +288,17 @@ impl Ledger {
             return Refusal::InvalidPolicy(e).into();
         }
         config.tools.insert(tool.clone(), policy.clone());
+        self.store
+            .save(Table::Tenants, keycode::string(tenant), &config);
         Outcome::Configured
     }
 
     /// The policy for a new effect of `tool`; read-only tools have no effects.
-    pub(crate) fn policy_for(&self, tenant: &str, tool: &ToolRef) -> Result<&ToolPolicy, Refusal> {
+    pub(crate) fn policy_for(&self, tenant: &str, tool: &ToolRef) -> Result<ToolPolicy, Refusal> {
         let name = tool.tool_name();
         let policy = self
-            .state
-            .tenants
-            .get(tenant)
-            .and_then(|t| t.tools.get(&name))
+            .tenant(tenant)
+            .and_then(|mut t| t.tools.remove(&name))
             .ok_or_else(|| Refusal::UnknownTool(name.clone()))?;
         if policy.class == ReplayClass::ReadOnly {
             return Err(Refusal::ReadOnlyTool(name));
@@ -281,26 +311,35 @@ impl Ledger {
         if new.is_empty() {
             return Ok(());
         }
-        let Some(config) = self.state.tenants.get(tenant) else {
+        let Some(config) = self.tenant(tenant) else {
             return Err(Refusal::UnknownTenant(tenant.to_owned()));
         };
         let bytes = new.iter().map(record_bytes).sum();
-        self.usage
-            .check_quota(tenant, &config.settings, new.len() as u64, bytes)
+        Usage::check_quota(
+            &self.store,
+            tenant,
+            &config.settings,
+            new.len() as u64,
+            bytes,
+        )
     }
 
     /// Inserts a new record; it must not exist.
     pub(crate) fn insert_record(&mut self, rec: EffectRecord) {
         check_record(&rec);
-        let key = rec.key.clone();
+        let key = keycode::key(&rec.key);
         assert!(
-            !self.state.tombstones.contains_key(&key),
-            "{key}: record over a tombstone"
+            self.store.get(Table::Tombstones, &key).is_none(),
+            "{}: record over a tombstone",
+            rec.key
         );
-        self.index.replace(&key, None, Some(&Entries::of(&rec)));
-        self.usage.add_record(&rec);
-        let previous = self.state.effects.insert(key, rec);
-        assert!(previous.is_none(), "insert_record over an existing record");
+        assert!(
+            self.store.get(Table::Records, &key).is_none(),
+            "insert_record over an existing record"
+        );
+        index::replace(&mut self.store, &rec.key, None, Some(&Entries::of(&rec)));
+        Usage::add_record(&mut self.store, &rec);
+        self.store.save(Table::Records, key, &rec);
     }
 
     /// Changes a record through `change` (which also gets the next fencing token to hand
@@ -311,16 +350,16 @@ impl Ledger {
         key: &EffectKey,
         change: impl FnOnce(&mut EffectRecord, &mut u64) -> R,
     ) -> R {
-        let rec = self
-            .state
-            .effects
-            .get_mut(key)
+        let mut rec = self
+            .get(key)
             .expect("update of a record that was looked up");
-        let before = Entries::of(rec);
-        let bytes_before = record_bytes(rec);
+        let before = Entries::of(&rec);
+        let bytes_before = record_bytes(&rec);
         let receipt_before = rec.receipt.clone();
-        let result = change(rec, &mut self.state.next_fencing_token);
-        check_record(rec);
+        let token_before = self.next_fencing_token();
+        let mut token = token_before;
+        let result = change(&mut rec, &mut token);
+        check_record(&rec);
         if receipt_before.is_some() {
             assert_eq!(rec.receipt, receipt_before, "{key}: committed changed");
             assert_eq!(
@@ -329,89 +368,137 @@ impl Ledger {
                 "{key}: committed reverted"
             );
         }
-        let after = Entries::of(rec);
-        self.index.replace(key, Some(&before), Some(&after));
-        let bytes_after = record_bytes(rec);
-        self.usage
-            .resize_record(&key.tenant, bytes_before, bytes_after);
+        if token != token_before {
+            self.store.save(Table::Meta, TOKEN_KEY.to_vec(), &token);
+        }
+        let after = Entries::of(&rec);
+        index::replace(&mut self.store, key, Some(&before), Some(&after));
+        let bytes_after = record_bytes(&rec);
+        Usage::resize_record(&mut self.store, &key.tenant, bytes_before, bytes_after);
+        self.store.save(Table::Records, keycode::key(key), &rec);
         result
     }
 
     /// Removes a record (garbage collection) and returns it.
     pub(crate) fn remove_record(&mut self, key: &EffectKey) -> Option<EffectRecord> {
-        let rec = self.state.effects.remove(key)?;
-        self.index.replace(key, Some(&Entries::of(&rec)), None);
-        self.usage.remove_record(&rec);
+        let rec = self.get(key)?;
+        self.store.delete(Table::Records, &keycode::key(key));
+        index::replace(&mut self.store, key, Some(&Entries::of(&rec)), None);
+        Usage::remove_record(&mut self.store, &rec);
         Some(rec)
     }
 
     /// Keeps a tombstone; there must be no record and no tombstone of its key.
     pub(crate) fn insert_tombstone(&mut self, tombstone: Tombstone) {
-        let key = tombstone.key.clone();
+        let key = keycode::key(&tombstone.key);
         assert!(
-            !self.state.effects.contains_key(&key),
-            "{key}: tombstone next to a record"
+            self.store.get(Table::Records, &key).is_none(),
+            "{}: tombstone next to a record",
+            tombstone.key
         );
-        self.index
-            .tombstone_expiry
-            .insert((tombstone.expires_at_ms, key.clone()));
-        self.usage.add_tombstone(&tombstone);
-        let previous = self.state.tombstones.insert(key, tombstone);
-        assert!(previous.is_none(), "insert_tombstone over a tombstone");
+        assert!(
+            self.store.get(Table::Tombstones, &key).is_none(),
+            "insert_tombstone over a tombstone"
+        );
+        self.store.put(
+            Table::TombstoneExpiry,
+            keycode::at_key(tombstone.expires_at_ms, &tombstone.key),
+            Vec::new(),
+        );
+        Usage::add_tombstone(&mut self.store, &tombstone);
+        index::count(&mut self.store, index::TOMBSTONE_COUNTER, 1);
+        self.store.save(Table::Tombstones, key, &tombstone);
     }
 
     /// Forgets a tombstone (its window has passed).
     pub(crate) fn remove_tombstone(&mut self, key: &EffectKey) {
-        if let Some(tombstone) = self.state.tombstones.remove(key) {
-            self.index
-                .tombstone_expiry
-                .remove(&(tombstone.expires_at_ms, key.clone()));
-            self.usage.remove_tombstone(&tombstone);
+        if let Some(tombstone) = self.tombstone(key) {
+            self.store.delete(Table::Tombstones, &keycode::key(key));
+            self.store.delete(
+                Table::TombstoneExpiry,
+                &keycode::at_key(tombstone.expires_at_ms, key),
+            );
+            Usage::remove_tombstone(&mut self.store, &tombstone);
+            index::count(&mut self.store, index::TOMBSTONE_COUNTER, -1);
         }
     }
 
     /// The refusal for a command on `key` when it has no record: expired when a tombstone
     /// of the key is kept, unknown otherwise.
     pub(crate) fn missing(&self, key: &EffectKey) -> Refusal {
-        match self.state.tombstones.get(key) {
+        match self.tombstone(key) {
             Some(tombstone) => Refusal::Expired(Box::new(tombstone.expired())),
             None => Refusal::UnknownEffect(key.clone()),
         }
     }
 
     /// The record of `key`.
-    pub fn get(&self, key: &EffectKey) -> Option<&EffectRecord> {
-        self.state.effects.get(key)
+    pub fn get(&self, key: &EffectKey) -> Option<EffectRecord> {
+        self.store
+            .load(Table::Records, &keycode::key(key), "effect record")
     }
 
     /// Number of records.
     pub fn len(&self) -> usize {
-        self.state.effects.len()
+        self.counts().values().sum()
     }
 
     /// Whether there are no records.
     pub fn is_empty(&self) -> bool {
-        self.state.effects.is_empty()
+        self.len() == 0
     }
 
     /// Number of remembered command ids.
     pub fn remembered_commands(&self) -> usize {
-        self.state.commands.len()
+        self.counter(index::COMMAND_COUNTER) as usize
+    }
+
+    /// A counter of [`Table::Counts`].
+    pub(crate) fn counter(&self, counter: &[u8]) -> u64 {
+        self.store
+            .load(Table::Counts, counter, "counter")
+            .unwrap_or(0)
     }
 
     /// The largest time applied so far (ms).
     pub fn clock_ms(&self) -> u64 {
-        self.state.clock_ms
+        self.store
+            .load(Table::Meta, CLOCK_KEY, "ledger clock")
+            .unwrap_or(0)
+    }
+
+    /// The fencing token the next grant gets.
+    pub(crate) fn next_fencing_token(&self) -> u64 {
+        self.store
+            .load(Table::Meta, TOKEN_KEY, "fencing token")
+            .unwrap_or(1)
     }
 
     /// A tenant's configuration.
-    pub fn tenant(&self, tenant: &str) -> Option<&TenantConfig> {
-        self.state.tenants.get(tenant)
+    pub fn tenant(&self, tenant: &str) -> Option<TenantConfig> {
+        self.store
+            .load(Table::Tenants, &keycode::string(tenant), "tenant")
     }
 
     /// All tenants in order.
-    pub fn tenants(&self) -> impl Iterator<Item = (&String, &TenantConfig)> {
-        self.state.tenants.iter()
+    pub fn tenants(&self) -> Vec<(String, TenantConfig)> {
+        let mut out = Vec::new();
+        let mut from = Vec::new();
+        loop {
+            let page = self.store.scan(Table::Tenants, &from, None, 256);
+            let Some((last, _)) = page.last() else {
+                return out;
+            };
+            from = last.clone();
+            from.push(0);
+            for (key, value) in page {
+                let name = keycode::Reader::new(&key).string();
+                match (name, crate::store::decode_value(&value)) {
+                    (Some(name), Some(config)) => out.push((name, config)),
+                    _ => self.store.corrupt(Table::Tenants, &key, "tenant"),
+                }
+            }
+        }
     }
 }
 

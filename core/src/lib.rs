@@ -19,6 +19,8 @@
 //! - [`command`] and [`outcome`]: the replicated input and what it answers.
 //! - [`stamp`]: the times a leader stamps on each command: ledger time for leases and
 //!   retention, bounds on real time for provider horizons.
+//! - [`store`]: the ordered byte tables the state lives in, in memory or on disk;
+//!   [`keycode`]: their order-preserving key encodings.
 //! - [`ledger`]: the state, `apply`, command-id deduplication, queries.
 //! - `claim`, `attempt`, `reconcile`, `amend`, `sweep`: the transitions, one family per
 //!   file.
@@ -35,6 +37,7 @@ pub mod command;
 mod index;
 pub mod intent;
 pub mod key;
+pub mod keycode;
 pub mod ledger;
 pub mod limits;
 pub mod outcome;
@@ -44,6 +47,7 @@ mod reconcile;
 pub mod record;
 pub mod snapshot;
 pub mod stamp;
+pub mod store;
 mod sweep;
 pub mod tombstone;
 pub mod usage;
@@ -62,5 +66,6 @@ pub use record::{
     Slot,
 };
 pub use stamp::Stamp;
+pub use store::{MemStore, Store, Table};
 pub use tombstone::{ExpiredEffect, ReceiptDigest, Tombstone};
 pub use usage::TenantUsage;

@@ -5,15 +5,17 @@
 //! linearizable read on any replica gives the same one.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
+use crate::index;
 use crate::key::EffectKey;
+use crate::keycode;
 use crate::ledger::Ledger;
 use crate::record::{EffectRecord, EffectState};
+use crate::store::{decode_value, Store, StoreExt, Table};
 use crate::tombstone::Tombstone;
-use crate::usage::TenantUsage;
+use crate::usage::{TenantUsage, Usage};
 
 /// A page of records for operators and reconcilers (also sent between nodes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,15 +34,10 @@ pub struct ListQuery {
     pub limit: usize,
 }
 
-impl Ledger {
+impl<S: Store> Ledger<S> {
     /// A page of records matching `query`, in key order.
-    pub fn list(&self, query: &ListQuery) -> Vec<&EffectRecord> {
-        let start = query.after.clone().map_or_else(
-            || Bound::Included(EffectKey::new(&query.tenant, "", "")),
-            Bound::Excluded,
-        );
-        let in_tenant = |k: &EffectKey| k.tenant == query.tenant;
-        let keep = |rec: &&EffectRecord| {
+    pub fn list(&self, query: &ListQuery) -> Vec<EffectRecord> {
+        let keep = |rec: &EffectRecord| {
             query.state.is_none_or(|s| rec.state == s)
                 && query
                     .updated_at_or_before_ms
@@ -50,95 +47,139 @@ impl Ledger {
                     .as_ref()
                     .is_none_or(|w| rec.workflow_id == *w)
         };
-        let keys: Box<dyn Iterator<Item = &EffectKey>> = match (&query.workflow_id, query.state) {
-            (Some(workflow), _) => Box::new(
-                self.index
-                    .by_workflow
-                    .range((
-                        bound_map(&start, |k| {
-                            (query.tenant.clone(), workflow.clone(), k.clone())
-                        }),
-                        Bound::Unbounded,
-                    ))
-                    .take_while(move |(t, w, _)| *t == query.tenant && w == workflow)
-                    .map(|(_, _, k)| k),
-            ),
-            (None, Some(state)) => Box::new(
-                self.index
-                    .by_state
-                    .range((bound_map(&start, |k| (state, k.clone())), Bound::Unbounded))
-                    .take_while(move |(s, k)| *s == state && in_tenant(k))
-                    .map(|(_, k)| k),
-            ),
-            (None, None) => Box::new(
-                self.state
-                    .effects
-                    .range((start, Bound::Unbounded))
-                    .map(|(k, _)| k)
-                    .take_while(move |k| in_tenant(k)),
-            ),
+        // The table walked, the prefix every entry of the tenant has there, and the bytes
+        // in front of an effect key in an entry.
+        let (table, prefix, key_prefix) = match (&query.workflow_id, query.state) {
+            (Some(workflow), _) => {
+                let mut head = keycode::string(&query.tenant);
+                keycode::put_str(&mut head, workflow);
+                (Table::ByWorkflow, head.clone(), head)
+            }
+            (None, Some(state)) => {
+                let head = vec![keycode::state(state)];
+                let mut prefix = head.clone();
+                keycode::put_str(&mut prefix, &query.tenant);
+                (Table::ByState, prefix, head)
+            }
+            (None, None) => (Table::Records, keycode::string(&query.tenant), Vec::new()),
         };
-        keys.filter_map(|k| self.state.effects.get(k))
-            .filter(keep)
-            .take(query.limit)
-            .collect()
+        let mut from = match &query.after {
+            Some(after) => {
+                let mut from = key_prefix.clone();
+                keycode::put_key(&mut from, after);
+                from.push(0);
+                from.max(prefix.clone())
+            }
+            None => prefix.clone(),
+        };
+        let mut to = prefix;
+        to.push(0xFF);
+        let mut out = Vec::new();
+        while out.len() < query.limit {
+            let page = self.store.scan(table, &from, Some(&to), LIST_PAGE);
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            from = last.clone();
+            from.push(0);
+            for (entry, value) in page {
+                let rec = if table == Table::Records {
+                    decode_value::<EffectRecord>(&value).or_else(|| {
+                        self.store.corrupt(table, &entry, "effect record");
+                        None
+                    })
+                } else {
+                    entry
+                        .get(key_prefix.len()..)
+                        .and_then(keycode::read_key)
+                        .and_then(|key| self.get(&key))
+                };
+                if let Some(rec) = rec.filter(keep) {
+                    out.push(rec);
+                    if out.len() == query.limit {
+                        break;
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// How many records are in each state.
     pub fn counts(&self) -> BTreeMap<EffectState, usize> {
-        let mut counts: BTreeMap<EffectState, usize> =
-            EffectState::ALL.iter().map(|s| (*s, 0)).collect();
-        for (state, _) in &self.index.by_state {
-            *counts.entry(*state).or_default() += 1;
-        }
-        counts
+        EffectState::ALL
+            .iter()
+            .map(|s| (*s, self.counter(&index::state_counter(*s)) as usize))
+            .collect()
     }
 
     /// The tombstone of `key`: kept when its record was collected, until the tenant's
     /// tombstone window has passed.
-    pub fn tombstone(&self, key: &EffectKey) -> Option<&Tombstone> {
-        self.state.tombstones.get(key)
+    pub fn tombstone(&self, key: &EffectKey) -> Option<Tombstone> {
+        self.store
+            .load(Table::Tombstones, &keycode::key(key), "tombstone")
     }
 
     /// `tenant`'s tombstones, in key order.
-    pub fn tombstones<'a>(&'a self, tenant: &'a str) -> impl Iterator<Item = &'a Tombstone> {
-        self.state
-            .tombstones
-            .range(EffectKey::new(tenant, "", "")..)
-            .take_while(move |(k, _)| k.tenant == tenant)
-            .map(|(_, t)| t)
+    pub fn tombstones(&self, tenant: &str) -> Vec<Tombstone> {
+        let prefix = keycode::string(tenant);
+        let mut to = prefix.clone();
+        to.push(0xFF);
+        let mut from = prefix;
+        let mut out = Vec::new();
+        loop {
+            let page = self
+                .store
+                .scan(Table::Tombstones, &from, Some(&to), LIST_PAGE);
+            let Some((last, _)) = page.last() else {
+                return out;
+            };
+            from = last.clone();
+            from.push(0);
+            for (key, value) in page {
+                match decode_value(&value) {
+                    Some(tombstone) => out.push(tombstone),
+                    None => self.store.corrupt(Table::Tombstones, &key, "tombstone"),
+                }
+            }
+        }
     }
 
     /// Number of tombstones of all tenants.
     pub fn tombstone_count(&self) -> usize {
-        self.state.tombstones.len()
+        self.counter(index::TOMBSTONE_COUNTER) as usize
     }
 
     /// What `tenant` keeps: records, tombstones and their approximate bytes.
     pub fn usage(&self, tenant: &str) -> TenantUsage {
-        self.usage.of(tenant)
+        Usage::of(&self.store, tenant)
     }
 
     /// The earliest time at which a lease runs out, if any attempt is open.
     pub fn next_lease_expiry_ms(&self) -> Option<u64> {
-        self.index.leases.first().map(|(t, _)| *t)
+        self.first_deadline(Table::Leases)
     }
 
     /// The earliest time at which a `CollectGarbage` sweep has something to do: a record
     /// (or a whole slot group) past retention, a tombstone past its window, or a command
     /// id past its retention.
     pub fn next_collection_ms(&self) -> Option<u64> {
-        let records = self.index.retention.first().map(|(t, _)| *t);
-        let tombstones = self.index.tombstone_expiry.first().map(|(t, _)| *t);
-        let commands = self.index.command_expiry.first().map(|(t, _, _)| *t);
-        [records, tombstones, commands].into_iter().flatten().min()
+        [
+            Table::Retention,
+            Table::TombstoneExpiry,
+            Table::CommandExpiry,
+        ]
+        .into_iter()
+        .filter_map(|t| self.first_deadline(t))
+        .min()
+    }
+
+    /// The deadline of the first entry of a table keyed by a leading deadline.
+    fn first_deadline(&self, table: Table) -> Option<u64> {
+        let (first, _) = self.store.scan(table, &[], None, 1).into_iter().next()?;
+        keycode::Reader::new(&first).u64()
     }
 }
 
-fn bound_map<T>(b: &Bound<EffectKey>, f: impl Fn(&EffectKey) -> T) -> Bound<T> {
-    match b {
-        Bound::Included(k) => Bound::Included(f(k)),
-        Bound::Excluded(k) => Bound::Excluded(f(k)),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
+/// Entries read per scan while paging.
+const LIST_PAGE: usize = 256;

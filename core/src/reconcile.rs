@@ -22,8 +22,9 @@ use crate::record::{
     Observation, ObservationResult, OperatorDecision,
 };
 use crate::stamp::Stamp;
+use crate::store::Store;
 
-impl Ledger {
+impl<S: Store> Ledger<S> {
     pub(crate) fn begin_reconcile(
         &mut self,
         key: &EffectKey,
@@ -35,7 +36,7 @@ impl Ledger {
         if let Err(e) = validate_name("holder", holder) {
             return e.into();
         }
-        let Some(rec) = self.get(key) else {
+        let Some(ref rec) = self.get(key) else {
             return match self.missing(key) {
                 Refusal::Expired(expired) => ReconcileOutcome::Expired(*expired).into(),
                 refusal => refusal.into(),
@@ -111,7 +112,7 @@ impl Ledger {
         if let Err(e) = validate_detail("detail", detail) {
             return e.into();
         }
-        let Some(rec) = self.get(key) else {
+        let Some(ref rec) = self.get(key) else {
             return self.missing(key).into();
         };
         let checked = match result {
@@ -198,7 +199,7 @@ impl Ledger {
                 return refusal.into();
             }
         }
-        let Some(rec) = self.get(key) else {
+        let Some(ref rec) = self.get(key) else {
             return self.missing(key).into();
         };
         let Some(escalation) = rec.escalation.clone() else {

@@ -1,135 +1,351 @@
-//! Snapshots: the whole ledger as deterministic bytes, and back.
+//! Snapshots: the primary tables as one deterministic stream of entries, and back.
 //!
-//! The encoding is bincode 2 (standard configuration) of ordered maps, so one state has
-//! exactly one encoding and replicas can compare snapshots byte for byte. The state is
-//! wrapped in a versioned enum: a future format adds a variant and a migration, and old
-//! snapshots stay readable. Indexes and per-tenant usage counters are not stored; they
-//! are rebuilt on restore, and every record's invariants are checked before the snapshot
-//! is accepted. Tombstones of collected records are state, and are stored.
+//! A snapshot is a header (`LSN` and a format byte) followed by one frame per entry of
+//! the primary tables ([`Table::PRIMARY`]), tables in that order and keys ascending:
+//! `table id (1 byte) | key length (u32 BE) | key | value length (u32 BE) | value`. One
+//! state has exactly one stream, so replicas can compare snapshots, or their digests,
+//! byte for byte. Derived tables (indexes, counts, usage) are not carried: a [`Restore`]
+//! rebuilds them through the same writes the transitions make, after checking every
+//! entry: order, that keys and values decode, record invariants, fencing tokens below
+//! the next one to hand out, no tombstone next to a record.
 //!
-//! Versions: V1, the first format, is read and migrated by [`v1`]; V2 (written now) adds
-//! record amendments and the provider timing, target fields and retry window of tool
-//! policies, tombstones of collected records, and the tombstone window and quotas of
-//! tenant settings (V1 tenants get the defaults).
+//! The stream can be produced and consumed in pieces ([`Ledger::visit_snapshot`],
+//! [`Frames`], [`Restore::push`]), so a large ledger is never one buffer.
 
-use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
-use crate::index::{Entries, Indexes};
-use crate::ledger::{Ledger, State};
-use crate::usage::Usage;
+use crate::command::Caller;
+use crate::index;
+use crate::key::EffectKey;
+use crate::keycode::{self, Reader};
+use crate::ledger::{command_expiry_key, CommandEntry, Ledger, TenantConfig, CLOCK_KEY, TOKEN_KEY};
+use crate::record::EffectRecord;
+use crate::store::{decode_value, MemStore, Store, Table};
+use crate::tombstone::Tombstone;
 
-mod v1;
-
-/// Largest snapshot accepted when decoding, so corrupt length fields cannot make the
-/// decoder allocate without bound.
+/// Largest snapshot accepted by [`Ledger::from_snapshot`], which holds it in one buffer.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 34;
 
-/// What is written. Variants encode by position, so every old version keeps its place.
-#[derive(Serialize)]
-enum SnapshotRef<'a> {
-    /// Only ever read; here so that V2 encodes as the second variant.
-    #[allow(dead_code)]
-    V1(&'a v1::StateV1),
-    V2(&'a State),
-}
+/// Largest key or value in a frame: larger lengths are corrupt.
+pub const FRAME_FIELD_BYTES_MAX: usize = 64 << 20;
 
-/// What is read.
-#[derive(Deserialize)]
-enum SnapshotOwned {
-    V1(v1::StateV1),
-    V2(State),
-}
+/// The header every snapshot stream starts with.
+pub const HEADER: [u8; 4] = [b'L', b'S', b'N', 3];
 
 /// Why snapshot bytes were refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    /// The bytes do not decode as any known snapshot version.
+    /// The bytes are not a snapshot stream of this format.
     #[error("snapshot does not decode: {0}")]
-    Decode(#[from] bincode::error::DecodeError),
+    Decode(String),
     /// The bytes decode but describe an impossible ledger.
     #[error("snapshot is inconsistent: {0}")]
     Inconsistent(String),
 }
 
-fn config() -> impl bincode::config::Config {
-    bincode::config::standard().with_limit::<SNAPSHOT_BYTES_MAX>()
+/// Appends one frame.
+pub fn put_frame(out: &mut Vec<u8>, table: Table, key: &[u8], value: &[u8]) {
+    out.push(table.id());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+    out.extend_from_slice(value);
+}
+
+/// One entry read from a stream.
+pub type Frame = (Table, Vec<u8>, Vec<u8>);
+
+/// Reads frames from a stream that arrives in pieces: [`Frames::next_frame`] takes whole
+/// frames from the front of its buffer and leaves a partial one for the next piece.
+#[derive(Debug, Default)]
+pub struct Frames {
+    buffer: Vec<u8>,
+    /// Where the unread part of `buffer` starts.
+    at: usize,
+    header_seen: bool,
+}
+
+impl Frames {
+    /// A reader expecting the header first.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends the next piece of the stream.
+    pub fn extend(&mut self, piece: &[u8]) {
+        self.buffer.drain(..self.at);
+        self.at = 0;
+        self.buffer.extend_from_slice(piece);
+    }
+
+    /// The next whole frame, `Ok(None)` when the buffer holds none yet.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, SnapshotError> {
+        let unread = &self.buffer[self.at..];
+        if !self.header_seen {
+            if unread.len() < HEADER.len() {
+                return Ok(None);
+            }
+            if unread[..HEADER.len()] != HEADER {
+                return Err(SnapshotError::Decode(format!(
+                    "header {:?} is not {HEADER:?}",
+                    &unread[..HEADER.len()]
+                )));
+            }
+            self.at += HEADER.len();
+            self.header_seen = true;
+        }
+        let Some((frame, used)) = parse_frame(&self.buffer[self.at..])? else {
+            return Ok(None);
+        };
+        self.at += used;
+        Ok(Some(frame))
+    }
+
+    /// Checks that the stream ended on a frame boundary after its header.
+    pub fn finish(&self) -> Result<(), SnapshotError> {
+        if !self.header_seen {
+            return Err(SnapshotError::Decode("no header".into()));
+        }
+        if self.at != self.buffer.len() {
+            return Err(SnapshotError::Decode(format!(
+                "{} bytes of a partial frame at the end",
+                self.buffer.len() - self.at
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A frame at the start of `bytes`, with how many bytes it took; `None` if incomplete.
+fn parse_frame(bytes: &[u8]) -> Result<Option<(Frame, usize)>, SnapshotError> {
+    let Some((&id, rest)) = bytes.split_first() else {
+        return Ok(None);
+    };
+    let table = Table::from_id(id)
+        .filter(|t| t.is_primary())
+        .ok_or_else(|| SnapshotError::Decode(format!("table id {id} is not in snapshots")))?;
+    let field = |bytes: &[u8]| -> Result<Option<(usize, usize)>, SnapshotError> {
+        let Some((len, _)) = bytes.split_first_chunk::<4>() else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes(*len) as usize;
+        if len > FRAME_FIELD_BYTES_MAX {
+            return Err(SnapshotError::Decode(format!("field of {len} bytes")));
+        }
+        Ok((bytes.len() >= 4 + len).then_some((4, len)))
+    };
+    let Some((skip, key_len)) = field(rest)? else {
+        return Ok(None);
+    };
+    let key = &rest[skip..skip + key_len];
+    let rest = &rest[skip + key_len..];
+    let Some((skip, value_len)) = field(rest)? else {
+        return Ok(None);
+    };
+    let value = &rest[skip..skip + value_len];
+    let used = 1 + 4 + key_len + 4 + value_len;
+    Ok(Some(((table, key.to_vec(), value.to_vec()), used)))
+}
+
+impl<S: Store> Ledger<S> {
+    /// Calls `visit` with every entry of the primary tables, in snapshot order.
+    pub fn visit_snapshot(&self, mut visit: impl FnMut(Table, &[u8], &[u8])) {
+        const PAGE: usize = 1024;
+        for table in Table::PRIMARY {
+            let mut from = Vec::new();
+            loop {
+                let page = self.store.scan(table, &from, None, PAGE);
+                let Some((last, _)) = page.last() else {
+                    break;
+                };
+                from = last.clone();
+                from.push(0);
+                for (key, value) in &page {
+                    visit(table, key, value);
+                }
+            }
+        }
+    }
+
+    /// The whole state as bytes; equal states give equal bytes.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let mut out = HEADER.to_vec();
+        self.visit_snapshot(|table, key, value| put_frame(&mut out, table, key, value));
+        out
+    }
+
+    /// SHA-256 of [`Ledger::to_snapshot`], computed without holding the snapshot.
+    pub fn state_digest(&self) -> [u8; 32] {
+        let mut hasher = Sha256::new();
+        hasher.update(HEADER);
+        let mut frame = Vec::new();
+        self.visit_snapshot(|table, key, value| {
+            frame.clear();
+            put_frame(&mut frame, table, key, value);
+            hasher.update(&frame);
+        });
+        hasher.finalize().into()
+    }
 }
 
 impl Ledger {
-    /// The whole state as bytes; equal ledgers give equal bytes.
-    pub fn to_snapshot(&self) -> Vec<u8> {
-        bincode::serde::encode_to_vec(SnapshotRef::V2(&self.state), config())
-            .expect("encoding the ledger into memory cannot fail")
+    /// Restores a ledger in memory from [`Ledger::to_snapshot`] bytes.
+    pub fn from_snapshot(bytes: &[u8]) -> Result<Ledger, SnapshotError> {
+        if bytes.len() > SNAPSHOT_BYTES_MAX {
+            return Err(SnapshotError::Decode(format!("{} bytes", bytes.len())));
+        }
+        let mut frames = Frames::new();
+        frames.extend(bytes);
+        let mut restore = Restore::new(MemStore::new());
+        while let Some((table, key, value)) = frames.next_frame()? {
+            restore.push(table, &key, &value)?;
+        }
+        frames.finish()?;
+        restore.finish()
+    }
+}
+
+/// Rebuilds a ledger from snapshot entries into an empty store, checking each entry.
+#[derive(Debug)]
+pub struct Restore<S> {
+    ledger: Ledger<S>,
+    /// The last entry pushed, to check the order.
+    last: Option<(usize, Vec<u8>)>,
+}
+
+impl<S: Store> Restore<S> {
+    /// Restores into `store`, which must be empty.
+    pub fn new(store: S) -> Self {
+        Restore {
+            ledger: Ledger::on(store),
+            last: None,
+        }
     }
 
-    /// Restores a ledger from [`Ledger::to_snapshot`] bytes.
-    pub fn from_snapshot(bytes: &[u8]) -> Result<Ledger, SnapshotError> {
-        let (decoded, read): (SnapshotOwned, usize) =
-            bincode::serde::decode_from_slice(bytes, config())?;
-        if read != bytes.len() {
+    /// Checks one entry and writes it with everything derived from it.
+    pub fn push(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
+        let position = Table::PRIMARY
+            .iter()
+            .position(|t| *t == table)
+            .ok_or_else(|| SnapshotError::Decode(format!("{table:?} is not in snapshots")))?;
+        let here = (position, key.to_vec());
+        if self.last.as_ref().is_some_and(|last| *last >= here) {
             return Err(SnapshotError::Inconsistent(format!(
-                "{} trailing bytes",
-                bytes.len() - read
+                "{table:?} entry {key:?} out of order"
             )));
         }
-        let state = match decoded {
-            SnapshotOwned::V1(old) => State::from(old),
-            SnapshotOwned::V2(state) => state,
-        };
-        let mut index = Indexes::default();
-        let mut usage = Usage::default();
-        for (key, rec) in &state.effects {
-            check_slot(key, rec).map_err(SnapshotError::Inconsistent)?;
-            if *key != rec.key {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "record {} under key {key}",
-                    rec.key
-                )));
-            }
-            rec.check_invariants()
-                .map_err(SnapshotError::Inconsistent)?;
-            if rec
-                .latest_token()
-                .is_some_and(|t| t >= state.next_fencing_token)
-            {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "{key}: token at or past next_fencing_token"
-                )));
-            }
-            index.replace(key, None, Some(&Entries::of(rec)));
-            usage.add_record(rec);
+        self.last = Some(here);
+        match table {
+            Table::Meta => self.meta(key, value),
+            Table::Tenants => self.tenant(key, value),
+            Table::Records => self.record(key, value),
+            Table::Tombstones => self.tombstone(key, value),
+            Table::Commands => self.command(key, value),
+            _ => unreachable!("only primary tables have a position"),
         }
-        for (key, tombstone) in &state.tombstones {
-            if *key != tombstone.key || state.effects.contains_key(key) {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "tombstone of {} under key {key}, or next to its record",
-                    tombstone.key
-                )));
-            }
-            index
-                .tombstone_expiry
-                .insert((tombstone.expires_at_ms, key.clone()));
-            usage.add_tombstone(tombstone);
-        }
-        for ((caller, id), entry) in &state.commands {
-            index
-                .command_expiry
-                .insert((entry.expires_at_ms, caller.clone(), id.clone()));
-        }
-        Ok(Ledger {
-            state,
-            index,
-            usage,
-        })
     }
+
+    /// The store being written, to flush what is pending while restoring.
+    pub fn store_mut(&mut self) -> &mut S {
+        self.ledger.store_mut()
+    }
+
+    /// The restored ledger.
+    pub fn finish(self) -> Result<Ledger<S>, SnapshotError> {
+        Ok(self.ledger)
+    }
+
+    fn meta(&mut self, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
+        if key != CLOCK_KEY && key != TOKEN_KEY {
+            return Err(SnapshotError::Inconsistent(format!("meta key {key:?}")));
+        }
+        let _: u64 = decoded(value, "meta value")?;
+        self.ledger
+            .store
+            .put(Table::Meta, key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn tenant(&mut self, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
+        let mut r = Reader::new(key);
+        r.string()
+            .and_then(|name| r.done(name))
+            .ok_or_else(|| SnapshotError::Decode(format!("tenant key {key:?}")))?;
+        let _: TenantConfig = decoded(value, "tenant")?;
+        self.ledger
+            .store
+            .put(Table::Tenants, key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn record(&mut self, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
+        let key = decoded_key(key)?;
+        let rec: EffectRecord = decoded(value, "effect record")?;
+        check_slot(&key, &rec).map_err(SnapshotError::Inconsistent)?;
+        if key != rec.key {
+            return Err(SnapshotError::Inconsistent(format!(
+                "record {} under key {key}",
+                rec.key
+            )));
+        }
+        rec.check_invariants()
+            .map_err(SnapshotError::Inconsistent)?;
+        if rec
+            .latest_token()
+            .is_some_and(|t| t >= self.ledger.next_fencing_token())
+        {
+            return Err(SnapshotError::Inconsistent(format!(
+                "{key}: token at or past next_fencing_token"
+            )));
+        }
+        self.ledger.insert_record(rec);
+        Ok(())
+    }
+
+    fn tombstone(&mut self, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
+        let key = decoded_key(key)?;
+        let tombstone: Tombstone = decoded(value, "tombstone")?;
+        if key != tombstone.key || self.ledger.get(&key).is_some() {
+            return Err(SnapshotError::Inconsistent(format!(
+                "tombstone of {} under key {key}, or next to its record",
+                tombstone.key
+            )));
+        }
+        self.ledger.insert_tombstone(tombstone);
+        Ok(())
+    }
+
+    fn command(&mut self, key: &[u8], value: &[u8]) -> Result<(), SnapshotError> {
+        let mut r = Reader::new(key);
+        let (caller, id): (Caller, String) = r
+            .caller()
+            .and_then(|c| Some((c, r.string()?)))
+            .and_then(|id| r.done(id))
+            .ok_or_else(|| SnapshotError::Decode(format!("command key {key:?}")))?;
+        let entry: CommandEntry = decoded(value, "command")?;
+        let store = &mut self.ledger.store;
+        store.put(
+            Table::CommandExpiry,
+            command_expiry_key(entry.expires_at_ms, &caller, &id),
+            Vec::new(),
+        );
+        store.put(Table::Commands, key.to_vec(), value.to_vec());
+        index::count(store, index::COMMAND_COUNTER, 1);
+        Ok(())
+    }
+}
+
+fn decoded<T: serde::de::DeserializeOwned>(value: &[u8], what: &str) -> Result<T, SnapshotError> {
+    decode_value(value).ok_or_else(|| SnapshotError::Decode(format!("{what} does not decode")))
+}
+
+fn decoded_key(key: &[u8]) -> Result<EffectKey, SnapshotError> {
+    keycode::read_key(key).ok_or_else(|| SnapshotError::Decode(format!("effect key {key:?}")))
 }
 
 /// A record is a slot (`base#i`, with `i` below its count) exactly when its key names
 /// one: slot groups are indexed and collected by their key.
-fn check_slot(
-    key: &crate::key::EffectKey,
-    rec: &crate::record::EffectRecord,
-) -> Result<(), String> {
+fn check_slot(key: &EffectKey, rec: &EffectRecord) -> Result<(), String> {
     let consistent = match (rec.slot, key.slot()) {
         (None, None) => true,
         (Some(slot), Some((_, index))) => slot.index == index && index < slot.count,
@@ -145,87 +361,53 @@ fn check_slot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Caller, Command, CommandBody, Declaration};
-    use crate::policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
-    use crate::record::Authority;
-    use crate::EffectKey;
+    use crate::store::StoreExt;
 
-    fn ledger_with_one_effect() -> Ledger {
-        let mut ledger = Ledger::new();
-        let tool = ToolRef {
-            provider: "pay".into(),
-            name: "refund".into(),
-            contract_version: "v1".into(),
-        };
-        let bodies = [
-            CommandBody::PutTenant {
-                tenant: "acme".into(),
-                settings: TenantSettings::default(),
-            },
-            CommandBody::PutToolPolicy {
-                tenant: "acme".into(),
-                tool: ToolName {
-                    provider: "pay".into(),
-                    name: "refund".into(),
-                },
-                policy: ToolPolicy::for_class(ReplayClass::KeyedIdempotent),
-            },
-            CommandBody::Claim {
-                declaration: Declaration {
-                    key: EffectKey::new("acme", "ns", "r-1"),
-                    workflow_id: "wf".into(),
-                    tool,
-                    authority: Authority::default(),
-                    target: "order:1".into(),
-                    intent_json: r#"{"amount":5}"#.into(),
-                },
-                holder: "h".into(),
-                lease_ms: None,
-                confirmation: None,
-            },
-        ];
-        for (i, body) in bodies.into_iter().enumerate() {
-            let command = Command {
-                command_id: format!("c-{i}"),
-                caller: Caller::Operator,
-                body,
-            };
-            ledger.apply(&command, 1_000 + i as u64);
+    #[test]
+    fn frames_split_anywhere_read_the_same() {
+        let mut bytes = HEADER.to_vec();
+        put_frame(
+            &mut bytes,
+            Table::Meta,
+            CLOCK_KEY,
+            &crate::store::encode_value(&5u64),
+        );
+        put_frame(&mut bytes, Table::Tenants, &keycode::string("acme"), b"x");
+        for cut in 0..bytes.len() {
+            let mut frames = Frames::new();
+            let mut read = Vec::new();
+            for piece in [&bytes[..cut], &bytes[cut..]] {
+                frames.extend(piece);
+                while let Some(frame) = frames.next_frame().unwrap() {
+                    read.push(frame);
+                }
+            }
+            frames.finish().unwrap();
+            assert_eq!(read.len(), 2, "cut at {cut}");
         }
-        ledger
     }
 
     #[test]
-    fn a_v1_snapshot_is_read_and_migrated() {
-        #[derive(Serialize)]
-        enum OldRef<'a> {
-            V1(&'a v1::StateV1),
-        }
-        let ledger = ledger_with_one_effect();
-        let old = v1::downgrade(&ledger.state);
-        let bytes = bincode::serde::encode_to_vec(OldRef::V1(&old), config()).unwrap();
-        let restored = Ledger::from_snapshot(&bytes).expect("a V1 snapshot restores");
-        // Default policies migrate to themselves: the new fields take their defaults.
-        assert_eq!(restored, ledger);
-        assert_ne!(restored.to_snapshot(), bytes, "written as V2");
-    }
-
-    #[test]
-    fn migrated_policies_stay_valid_when_retention_is_shorter_than_a_day() {
-        let mut ledger = ledger_with_one_effect();
-        for config in ledger.state.tenants.values_mut() {
-            for policy in config.tools.values_mut() {
-                policy.retention_ms = 3_600_000;
-                policy.provider_horizon_ms = 60_000;
-            }
-        }
-        let old = v1::downgrade(&ledger.state);
-        let migrated = State::from(old);
-        for config in migrated.tenants.values() {
-            for policy in config.tools.values() {
-                assert_eq!(policy.retry_window_ms, 3_600_000);
-                assert_eq!(policy.validate(), Ok(()));
-            }
-        }
+    fn restore_refuses_out_of_order_and_derived_tables() {
+        let mut restore = Restore::new(MemStore::new());
+        let clock = crate::store::encode_value(&5u64);
+        restore.push(Table::Meta, TOKEN_KEY, &clock).unwrap();
+        assert!(
+            restore.push(Table::Meta, CLOCK_KEY, &clock).is_err(),
+            "order"
+        );
+        assert!(restore.push(Table::Leases, b"x", b"").is_err(), "derived");
+        assert!(
+            restore.push(Table::Meta, b"zzz", &clock).is_err(),
+            "unknown meta"
+        );
+        let mut frames = Frames::new();
+        frames.extend(b"LSN\x02");
+        assert!(frames.next_frame().is_err(), "other format");
+        let restored = restore.finish().unwrap();
+        assert_eq!(
+            restored.store().load::<u64>(Table::Meta, TOKEN_KEY, "t"),
+            Some(5)
+        );
     }
 }

@@ -12,28 +12,27 @@
 //! past that window, removes the tombstone.
 
 use crate::claim::close_if_expired;
-use crate::index::Collectable;
+use crate::index::{self, Collectable};
 use crate::key::{EffectKey, FieldError};
+use crate::keycode;
 use crate::ledger::Ledger;
 use crate::limits::SWEEP_LIMIT_MAX;
 use crate::outcome::Outcome;
 use crate::policy::TenantSettings;
 use crate::stamp::Stamp;
+use crate::store::{Store, StoreExt, Table};
 use crate::tombstone::Tombstone;
 
-impl Ledger {
+impl<S: Store> Ledger<S> {
     pub(crate) fn expire_leases(&mut self, limit: u32, at: Stamp) -> Outcome {
         let now = at.ledger_ms;
         if let Err(e) = check_limit(limit) {
             return e.into();
         }
         let mut due: Vec<EffectKey> = self
-            .index
-            .leases
+            .due_entries(Table::Leases, now, limit as usize + 1)
             .iter()
-            .take_while(|(until, _)| *until <= now)
-            .take(limit as usize + 1)
-            .map(|(_, key)| key.clone())
+            .filter_map(|entry| self.deadline_key(Table::Leases, entry))
             .collect();
         let more = due.len() > limit as usize;
         due.truncate(limit as usize);
@@ -57,12 +56,9 @@ impl Ledger {
         let limit = limit as usize;
         // Tombstones first: the ones this sweep leaves are never due in the same sweep.
         let mut tombstones: Vec<EffectKey> = self
-            .index
-            .tombstone_expiry
+            .due_entries(Table::TombstoneExpiry, now, limit + 1)
             .iter()
-            .take_while(|(expires_at, _)| *expires_at <= now)
-            .take(limit + 1)
-            .map(|(_, key)| key.clone())
+            .filter_map(|entry| self.deadline_key(Table::TombstoneExpiry, entry))
             .collect();
         let more_tombstones = tombstones.len() > limit;
         tombstones.truncate(limit);
@@ -73,20 +69,14 @@ impl Ledger {
         for collectable in &due {
             self.collect(collectable, now);
         }
-        let mut commands: Vec<_> = self
-            .index
-            .command_expiry
-            .iter()
-            .take_while(|(deadline, _, _)| *deadline <= now)
-            .take(limit + 1)
-            .cloned()
-            .collect();
+        let mut commands = self.due_entries(Table::CommandExpiry, now, limit + 1);
         let more_commands = commands.len() > limit;
         commands.truncate(limit);
         for entry in &commands {
-            self.index.command_expiry.remove(entry);
-            let (_, caller, id) = entry;
-            self.state.commands.remove(&(caller.clone(), id.clone()));
+            self.store.delete(Table::CommandExpiry, entry);
+            // The entry is the deadline, then the command's own key.
+            self.store.delete(Table::Commands, &entry[8..]);
+            index::count(&mut self.store, index::COMMAND_COUNTER, -1);
         }
         Outcome::Swept {
             expired: 0,
@@ -100,17 +90,37 @@ impl Ledger {
     fn due_records(&self, limit: usize, now: u64) -> (Vec<Collectable>, usize, bool) {
         let mut due = Vec::new();
         let mut records = 0;
-        for (deadline, collectable) in &self.index.retention {
-            if *deadline > now {
-                break;
-            }
+        // A group counts as many records as it has slots, so at most `limit + 1` entries
+        // are ever needed to fill `limit` records and see whether more are due.
+        for entry in self.due_entries(Table::Retention, now, limit + 1) {
+            let Some((_, collectable)) = Collectable::read_entry(&entry) else {
+                self.store
+                    .corrupt(Table::Retention, &entry, "retention entry");
+                continue;
+            };
             if records >= limit {
                 return (due, records, true);
             }
             records += collectable.len();
-            due.push(collectable.clone());
+            due.push(collectable);
         }
         (due, records, false)
+    }
+
+    /// The keys of at most `limit` entries of a deadline-keyed table due at `now`.
+    fn due_entries(&self, table: Table, now: u64, limit: usize) -> Vec<Vec<u8>> {
+        self.store
+            .keys(table, &[], keycode::after(now).as_deref(), limit)
+    }
+
+    /// The effect key of a `(deadline, key)` entry.
+    fn deadline_key(&self, table: Table, entry: &[u8]) -> Option<EffectKey> {
+        let mut r = keycode::Reader::new(entry);
+        let key = r.u64().and_then(|_| r.key()).and_then(|key| r.done(key));
+        if key.is_none() {
+            self.store.corrupt(table, entry, "deadline entry");
+        }
+        key
     }
 
     /// Removes the records of `collectable`, each leaving a tombstone.

@@ -2,7 +2,7 @@
 //! records and tombstones take, judged against the quotas in
 //! [`TenantSettings`](crate::policy::TenantSettings).
 //!
-//! The counters are derived state, like the indexes: never serialised, changed
+//! The counters are derived state, like the indexes: never in a snapshot, changed
 //! incrementally on every record and tombstone write (never recomputed by a scan while
 //! serving), and rebuilt from the records and tombstones when a snapshot is restored, so
 //! every replica holds the same numbers. A tenant with nothing stored has no entry, so
@@ -15,14 +15,14 @@
 //! otherwise pile them up unbounded for the tombstone window), but not towards
 //! `live_records`.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::key::EffectKey;
+use crate::keycode;
 use crate::outcome::{Quota, Refusal};
 use crate::policy::TenantSettings;
 use crate::record::EffectRecord;
+use crate::store::{Store, StoreExt, Table};
 use crate::tombstone::Tombstone;
 
 /// Bytes counted for each record on top of its key, intent and receipt.
@@ -56,74 +56,84 @@ fn key_bytes(key: &EffectKey) -> u64 {
     (key.tenant.len() + key.namespace.len() + key.key.len()) as u64
 }
 
-/// Usage of every tenant that keeps anything.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Usage(BTreeMap<String, TenantUsage>);
+/// Per-tenant usage counters in [`Table::Usage`], keyed by tenant; a tenant with
+/// nothing stored has no entry.
+pub(crate) struct Usage;
 
 impl Usage {
     /// `tenant`'s usage (zero when it keeps nothing).
-    pub(crate) fn of(&self, tenant: &str) -> TenantUsage {
-        self.0.get(tenant).copied().unwrap_or_default()
+    pub(crate) fn of<S: Store + ?Sized>(store: &S, tenant: &str) -> TenantUsage {
+        store
+            .load(Table::Usage, &keycode::string(tenant), "tenant usage")
+            .unwrap_or_default()
     }
 
-    pub(crate) fn add_record(&mut self, rec: &EffectRecord) {
+    pub(crate) fn add_record<S: Store + ?Sized>(store: &mut S, rec: &EffectRecord) {
         let bytes = record_bytes(rec);
-        self.change(&rec.key.tenant, |u| {
+        Self::change(store, &rec.key.tenant, |u| {
             u.live_records += 1;
             u.stored_bytes += bytes;
         });
     }
 
-    pub(crate) fn remove_record(&mut self, rec: &EffectRecord) {
+    pub(crate) fn remove_record<S: Store + ?Sized>(store: &mut S, rec: &EffectRecord) {
         let bytes = record_bytes(rec);
-        self.change(&rec.key.tenant, |u| {
+        Self::change(store, &rec.key.tenant, |u| {
             u.live_records = below(u.live_records, 1, "live_records");
             u.stored_bytes = below(u.stored_bytes, bytes, "stored_bytes");
         });
     }
 
     /// A record of `tenant` changed from `before` to `after` bytes.
-    pub(crate) fn resize_record(&mut self, tenant: &str, before: u64, after: u64) {
+    pub(crate) fn resize_record<S: Store + ?Sized>(
+        store: &mut S,
+        tenant: &str,
+        before: u64,
+        after: u64,
+    ) {
         if before != after {
-            self.change(tenant, |u| {
+            Self::change(store, tenant, |u| {
                 u.stored_bytes = below(u.stored_bytes, before, "stored_bytes") + after;
             });
         }
     }
 
-    pub(crate) fn add_tombstone(&mut self, tombstone: &Tombstone) {
+    pub(crate) fn add_tombstone<S: Store + ?Sized>(store: &mut S, tombstone: &Tombstone) {
         let bytes = tombstone_bytes(tombstone);
-        self.change(&tombstone.key.tenant, |u| {
+        Self::change(store, &tombstone.key.tenant, |u| {
             u.tombstones += 1;
             u.stored_bytes += bytes;
         });
     }
 
-    pub(crate) fn remove_tombstone(&mut self, tombstone: &Tombstone) {
+    pub(crate) fn remove_tombstone<S: Store + ?Sized>(store: &mut S, tombstone: &Tombstone) {
         let bytes = tombstone_bytes(tombstone);
-        self.change(&tombstone.key.tenant, |u| {
+        Self::change(store, &tombstone.key.tenant, |u| {
             u.tombstones = below(u.tombstones, 1, "tombstones");
             u.stored_bytes = below(u.stored_bytes, bytes, "stored_bytes");
         });
     }
 
-    fn change(&mut self, tenant: &str, f: impl FnOnce(&mut TenantUsage)) {
-        let usage = self.0.entry(tenant.to_owned()).or_default();
-        f(usage);
-        if *usage == TenantUsage::default() {
-            self.0.remove(tenant);
+    fn change<S: Store + ?Sized>(store: &mut S, tenant: &str, f: impl FnOnce(&mut TenantUsage)) {
+        let mut usage = Self::of(store, tenant);
+        f(&mut usage);
+        let key = keycode::string(tenant);
+        if usage == TenantUsage::default() {
+            store.delete(Table::Usage, &key);
+        } else {
+            store.save(Table::Usage, key, &usage);
         }
     }
 
     /// Whether `records` more records of `bytes` more bytes fit `tenant`'s quotas.
-    pub(crate) fn check_quota(
-        &self,
+    pub(crate) fn check_quota<S: Store + ?Sized>(
+        store: &S,
         tenant: &str,
         settings: &TenantSettings,
         records: u64,
         bytes: u64,
     ) -> Result<(), Refusal> {
-        let used = self.of(tenant);
+        let used = Self::of(store, tenant);
         let quotas = [
             (
                 Quota::LiveRecords,

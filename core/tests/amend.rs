@@ -233,7 +233,7 @@ fn amend_to_the_same_intent_is_a_no_op_success_in_any_state() {
             changed: false
         }
     );
-    assert_eq!(h.record(&d), &before);
+    assert_eq!(h.record(&d), before);
 }
 
 #[test]
@@ -341,7 +341,7 @@ fn an_amend_retried_with_its_command_id_answers_the_first_outcome() {
     amend(&mut h, &d);
     let before = h.record(&d).clone();
     assert_eq!(h.apply(&first), out);
-    assert_eq!(h.record(&d), &before);
+    assert_eq!(h.record(&d), before);
     let reused = Command {
         body: CommandBody::Amend {
             declaration: d.clone(),
@@ -410,7 +410,7 @@ fn a_larger_intent_must_fit_the_byte_quota() {
 fn refused_to_amend_to(h: &mut Harness, d: &Declaration) -> Refusal {
     let before = h.record(d).clone();
     let out = amend(h, d);
-    assert_eq!(h.record(d), &before, "a refused amend changes nothing");
+    assert_eq!(h.record(d), before, "a refused amend changes nothing");
     match out {
         Outcome::Refused(r) => r,
         other => panic!("expected a refusal, got {other:?}"),

@@ -21,7 +21,6 @@ fn refused(h: &mut Harness, caller: Caller, body: CommandBody) -> Refusal {
             limit: usize::MAX,
         })
         .into_iter()
-        .cloned()
         .collect();
     let len = h.ledger.len();
     let out = h.run(caller, body);
@@ -36,7 +35,6 @@ fn refused(h: &mut Harness, caller: Caller, body: CommandBody) -> Refusal {
             limit: usize::MAX,
         })
         .into_iter()
-        .cloned()
         .collect();
     assert_eq!(before, after, "a refusal changed a record");
     assert_eq!(len, h.ledger.len());

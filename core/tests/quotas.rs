@@ -80,7 +80,7 @@ fn live_record_quota_refuses_new_effects_and_keeps_old() {
     let first = h.proceed(&ticket("t-2"));
     let third = h.proceed(&ticket("t-3"));
     let stored = |h: &Harness| {
-        let records = ["t-1", "t-2", "t-3"].map(|k| h.ledger.get(&ticket(k).key).cloned());
+        let records = ["t-1", "t-2", "t-3"].map(|k| h.ledger.get(&ticket(k).key));
         (records, h.ledger.len(), h.ledger.usage(TENANT))
     };
     let before = stored(&h);

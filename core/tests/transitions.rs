@@ -513,7 +513,7 @@ fn committed_never_goes_back() {
     ];
     h.advance(100 * LEASE_MS);
     h.expire();
-    assert_eq!(h.record(&d), &before);
+    assert_eq!(h.record(&d), before);
     assert_eq!(
         outs[2],
         Outcome::Reported {

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ServerState};
-use sha2::{Digest, Sha256};
 use tonic::{Request, Response, Status};
 
 use ledger_core::Caller;
@@ -202,15 +201,17 @@ impl pb::admin_server::Admin for AdminService {
             ServerState::Learner => "learner",
             ServerState::Shutdown => "shutdown",
         };
-        let (records_by_state, ledger_clock_ms, state_digest, state_digest_index) =
-            self.node.reader.read_at(|l, applied| {
+        let (records_by_state, ledger_clock_ms, state_digest, state_digest_index) = self
+            .node
+            .reader
+            .read_at(|l, applied| {
                 let counts = l
                     .counts()
                     .into_iter()
                     .map(|(s, n)| (s.as_str().to_owned(), n as u64))
                     .collect();
                 let digest = if with_digest {
-                    Sha256::digest(l.to_snapshot()).to_vec()
+                    l.state_digest().to_vec()
                 } else {
                     Vec::new()
                 };
@@ -220,7 +221,8 @@ impl pb::admin_server::Admin for AdminService {
                     digest,
                     applied.filter(|_| with_digest),
                 )
-            });
+            })
+            .map_err(|e| Status::unavailable(format!("ledger state unreadable: {e}")))?;
         let members = self.membership(None);
         Ok(Response::new(pb::StatusResponse {
             node_id: self.node.id,

@@ -99,7 +99,9 @@ impl LedgerTime {
         logged_ms: u64,
         clock_skew_ms_max: u64,
     ) -> Self {
-        let ledger_ms = reader.read(|l| l.clock_ms()).max(logged_ms);
+        // An unreadable state stops the state machine before any stamp matters; the
+        // log's latest stamp is then the best known.
+        let ledger_ms = reader.read(|l| l.clock_ms()).unwrap_or(0).max(logged_ms);
         let bound = StampBound::new(clock_skew_ms_max, ledger_ms, clock.monotonic_ms());
         let real = RealTimeBound::new(clock_skew_ms_max);
         LedgerTime {
@@ -127,7 +129,9 @@ impl LedgerTime {
 
     /// Tells the bound the largest ledger time of the applied state, as of now.
     pub fn observe_applied(&self) {
-        let ledger_ms = self.inner.reader.read(|l| l.clock_ms());
+        let Ok(ledger_ms) = self.inner.reader.read(|l| l.clock_ms()) else {
+            return;
+        };
         let monotonic_ms = self.inner.clock.monotonic_ms();
         self.state().bound.observe(ledger_ms, monotonic_ms);
     }

@@ -24,7 +24,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use ledger_proto::pb;
 use ledger_proto::pb::raft_client::RaftClient;
-use ledger_raft_store::TypeConfig;
+use ledger_raft_store::{blocking, SnapshotData, TypeConfig};
 
 use crate::wire;
 
@@ -147,7 +147,7 @@ impl PeerClient {
 }
 
 impl RaftNetworkV2<C> for PeerClient {
-    type SnapshotData = io::Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
@@ -194,20 +194,41 @@ impl RaftNetworkV2<C> for PeerClient {
         option: RPCOption,
     ) -> Result<SnapshotResponse<C>, StreamingError<C>> {
         let header = wire::encode(&(vote, snapshot.meta));
-        let data = snapshot.snapshot.into_inner();
-        let mut chunks = vec![pb::SnapshotChunk {
+        let data = snapshot.snapshot;
+        let reader = blocking(move || data.chunks())
+            .await
+            .map_err(|e| unreachable(format!("snapshot unreadable: {e}")))?;
+        let first = pb::SnapshotChunk {
             header,
             data: Vec::new(),
-        }];
-        chunks.extend(
-            data.chunks(SNAPSHOT_CHUNK_BYTES)
-                .map(|c| pb::SnapshotChunk {
-                    header: Vec::new(),
-                    data: c.to_vec(),
-                }),
-        );
+        };
+        // Encoded from the view as it is sent: the snapshot is never one buffer here.
+        let rest = futures::stream::unfold(Some(reader), |reader| async move {
+            let mut reader = reader?;
+            let read = blocking(move || {
+                let chunk = reader.next_chunk(SNAPSHOT_CHUNK_BYTES);
+                (reader, chunk)
+            })
+            .await;
+            match read {
+                (reader, Ok(Some(data))) => Some((
+                    pb::SnapshotChunk {
+                        header: Vec::new(),
+                        data,
+                    },
+                    Some(reader),
+                )),
+                (_, Ok(None)) => None,
+                (_, Err(e)) => {
+                    // Ending early: the receiver sees a partial stream and refuses it.
+                    tracing::error!("snapshot stream failed: {e}");
+                    None
+                }
+            }
+        });
+        let chunks = futures::StreamExt::chain(futures::stream::iter([first]), rest);
         let mut client = self.client()?;
-        let request = with_secret(futures::stream::iter(chunks), &self.secret);
+        let request = with_secret(chunks, &self.secret);
         let send = client.install_snapshot(request);
         let ttl = option.hard_ttl().max(Duration::from_secs(30));
         let response = tokio::select! {

@@ -218,13 +218,13 @@ impl LedgerNode {
                 Some(f) => NodeError::NotLeader(f.leader_id),
                 None => NodeError::Unavailable(e.to_string()),
             })?;
-        Ok(self.reader.read(|ledger| match request {
-            ReadRequest::Get(key) => ReadResponse::Record(ledger.get(key).cloned().map(Box::new)),
-            ReadRequest::List(query) => {
-                ReadResponse::Records(ledger.list(query).into_iter().cloned().collect())
-            }
-            ReadRequest::Tenant(t) => ReadResponse::Tenant(ledger.tenant(t).cloned()),
-        }))
+        self.reader
+            .read(|ledger| match request {
+                ReadRequest::Get(key) => ReadResponse::Record(ledger.get(key).map(Box::new)),
+                ReadRequest::List(query) => ReadResponse::Records(ledger.list(query)),
+                ReadRequest::Tenant(t) => ReadResponse::Tenant(ledger.tenant(t)),
+            })
+            .map_err(|e| NodeError::Unavailable(format!("ledger state unreadable: {e}")))
     }
 
     async fn forward(

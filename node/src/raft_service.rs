@@ -1,8 +1,6 @@
 //! The internal `Raft` gRPC service: AppendEntries, votes, snapshot streaming and
 //! forwarding from followers. Only peers holding the cluster secret may call it.
 
-use std::io::Cursor;
-
 use futures::StreamExt;
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use openraft::raft::AppendEntriesRequest;
@@ -13,7 +11,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
 use ledger_proto::pb;
-use ledger_raft_store::TypeConfig;
+use ledger_raft_store::{SnapshotData, TypeConfig};
 
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::LedgerNode;
@@ -137,9 +135,9 @@ impl pb::raft_server::Raft for RaftService {
                 return Err(Status::resource_exhausted("snapshot larger than the limit"));
             }
         }
-        let snapshot = SnapshotOf::<C, Cursor<Vec<u8>>> {
+        let snapshot = SnapshotOf::<C, SnapshotData> {
             meta,
-            snapshot: Cursor::new(data),
+            snapshot: SnapshotData::from_bytes(data),
         };
         reply(&flatten(
             self.node.raft.install_full_snapshot(vote, snapshot).await,

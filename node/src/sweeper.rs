@@ -42,12 +42,19 @@ pub async fn run(node: LedgerNode, settings: SweeperSettings) {
             continue;
         }
         let now_ms = node.time.now_ms();
-        let (lease_due, collection_due) = node.reader.read(|l| {
+        let due = node.reader.read(|l| {
             (
                 l.next_lease_expiry_ms().is_some_and(|t| t <= now_ms),
                 l.next_collection_ms().is_some_and(|t| t <= now_ms),
             )
         });
+        let (lease_due, collection_due) = match due {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!("sweeper cannot read the ledger: {e}");
+                continue;
+            }
+        };
         if lease_due {
             sweep(
                 &node,

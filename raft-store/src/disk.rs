@@ -30,20 +30,21 @@ pub enum Keyspace {
     Log,
     /// Small Raft records: vote, committed and last purged log ids.
     Meta,
-    /// The state machine's current snapshot.
-    Snapshot,
+    /// The ledger's tables, under a generation byte and a table id (see
+    /// `state_machine`).
+    State,
 }
 
 impl Keyspace {
     /// Every keyspace, in a fixed order.
-    pub const ALL: [Keyspace; 3] = [Keyspace::Log, Keyspace::Meta, Keyspace::Snapshot];
+    pub const ALL: [Keyspace; 3] = [Keyspace::Log, Keyspace::Meta, Keyspace::State];
 
     /// A stable name, used as the RocksDB column family name.
     pub fn name(self) -> &'static str {
         match self {
             Keyspace::Log => "log",
             Keyspace::Meta => "meta",
-            Keyspace::Snapshot => "snapshot",
+            Keyspace::State => "state",
         }
     }
 
@@ -52,7 +53,7 @@ impl Keyspace {
         match self {
             Keyspace::Log => 0,
             Keyspace::Meta => 1,
-            Keyspace::Snapshot => 2,
+            Keyspace::State => 2,
         }
     }
 }
@@ -198,6 +199,22 @@ pub trait Disk: Send + Sync + 'static {
 
     /// The pair with the largest key.
     fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError>;
+
+    /// A read-only view of `space` as it is now, unchanged by later writes; snapshots are
+    /// streamed from one while writes go on.
+    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError>;
+}
+
+/// A frozen, point-in-time view of one keyspace (see [`Disk::view`]).
+pub trait DiskView: Send + Sync + 'static {
+    /// At most `limit` pairs with keys in `[from, to)` (to the end when `to` is `None`),
+    /// in ascending key order, as of when the view was taken.
+    fn range(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, DiskError>;
 }
 
 /// A key and its value.

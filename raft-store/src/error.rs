@@ -36,6 +36,10 @@ pub enum StoreError {
     /// Stored records contradict each other or what openraft asked for.
     #[error("stored data is inconsistent: {0}")]
     Inconsistent(String),
+    /// The ledger's tables could not be read (an engine error or a damaged value); the
+    /// node serves nothing more from them.
+    #[error("ledger state damaged: {0}")]
+    Damaged(String),
     /// An earlier apply panicked while holding the state; the state cannot be trusted.
     #[error("ledger state poisoned by a panic during apply")]
     Poisoned,
@@ -46,7 +50,8 @@ impl From<StoreError> for io::Error {
         let kind = match &error {
             StoreError::Decode { .. }
             | StoreError::SnapshotRefused(_)
-            | StoreError::Inconsistent(_) => io::ErrorKind::InvalidData,
+            | StoreError::Inconsistent(_)
+            | StoreError::Damaged(_) => io::ErrorKind::InvalidData,
             StoreError::Disk(_) | StoreError::Encode { .. } | StoreError::Poisoned => {
                 io::ErrorKind::Other
             }

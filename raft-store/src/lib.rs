@@ -10,11 +10,16 @@
 //! - [`types`]: the Raft type configuration; a Raft entry carries a batch of ledger
 //!   commands stamped with the leader's time.
 //! - [`log_store`]: [`RaftLogStore`], the Raft log and vote on a disk.
-//! - [`state_machine`]: [`LedgerStateMachine`], the ledger applied in memory with
-//!   snapshots on disk, and [`LedgerReader`] for queries.
+//! - [`ledger_store`]: [`DiskStore`], the ledger's tables on a disk, with the writes of
+//!   the entry being applied pending until committed.
+//! - [`state_machine`]: [`LedgerStateMachine`], the ledger applied on disk, one atomic
+//!   batch per entry with its log id, and [`LedgerReader`] for queries.
+//! - [`snapshot`]: the applied position, snapshots streamed from point-in-time views, and
+//!   installs into a second generation swapped in at once.
 //! - [`error`]: [`StoreError`], the typed failures behind openraft's `io::Error`s.
 //!
-//! Everything on disk is bincode 2 of versioned enums (`codec`, `snapshot`).
+//! Everything on disk is bincode 2 of versioned enums (`codec`, `snapshot`) or the
+//! ledger's own tagged values (`ledger_core::store`).
 //!
 //! Starting a node:
 //! ```ignore
@@ -27,9 +32,10 @@
 mod codec;
 pub mod disk;
 pub mod error;
+pub mod ledger_store;
 pub mod log_store;
 pub mod runtime;
-mod snapshot;
+pub mod snapshot;
 pub mod state_machine;
 pub mod types;
 
@@ -37,13 +43,15 @@ pub mod types;
 pub use disk::RocksDisk;
 pub use disk::{Disk, DiskError, DiskRef, Keyspace, SimDisk, WriteBatch};
 pub use error::StoreError;
+pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;
 pub use runtime::{blocking, LedgerRuntime};
-pub use state_machine::{LedgerReader, LedgerStateMachine};
+pub use snapshot::SnapshotData;
+pub use state_machine::{LedgerReader, LedgerStateMachine, StoredLedger};
 pub use types::{LedgerRequest, LedgerResponse, Raft, TypeConfig};
 
-/// Opens the Raft log store and the state machine on one disk. The state machine starts
-/// from the snapshot kept on the disk; openraft re-applies the committed log after it.
+/// Opens the Raft log store and the state machine on one disk. The state machine resumes
+/// at the position kept on the disk; openraft re-applies the committed log after it.
 pub async fn open(disk: DiskRef) -> Result<(RaftLogStore, LedgerStateMachine), StoreError> {
     let state_machine = LedgerStateMachine::open(disk.clone()).await?;
     Ok((RaftLogStore::new(disk), state_machine))

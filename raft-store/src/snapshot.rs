@@ -1,95 +1,353 @@
-//! Snapshot bytes: what a snapshot holds, how it is encoded, and where it is kept.
+//! Snapshots of the ledger on disk: where the applied position is kept, how a snapshot
+//! is streamed from a point-in-time view, and how one is installed by streaming it into
+//! the other generation and swapping.
 //!
-//! A snapshot is the ledger's own deterministic snapshot ([`Ledger::to_snapshot`]) with
-//! the last applied log id and the membership it belongs to, in a versioned enum. The
-//! same bytes travel to followers, are installed, and are kept on disk under one key in
-//! [`Keyspace::Snapshot`]; the metadata openraft needs is decoded from them, so it cannot
-//! drift from the data. Decoding validates the ledger through [`Ledger::from_snapshot`],
-//! which checks every record's invariants.
+//! The state lives in generation 0 or 1 of [`Keyspace::State`]; [`Keyspace::Meta`]
+//! names the live one. Each generation keeps its own applied log id and membership
+//! (under table id 0), written in the same batch as every apply, so a restart resumes
+//! from the disk without loading or re-applying anything.
+//!
+//! A snapshot is built without copying the state: it is a [`DiskView`] taken while no
+//! apply is being committed, so it shows exactly the state at its applied log id, and is
+//! encoded only as it is sent ([`SnapshotChunks`]). Applies go on meanwhile. The stream
+//! is `LRS1 | meta length (u32 BE) | meta | ledger snapshot stream` (see
+//! [`ledger_core::snapshot`]).
+//!
+//! Installing writes the received stream into the other generation (cleared first) in
+//! batches, checking every entry through [`Restore`], then in one synced batch records
+//! its applied log id and makes it the live generation; only then is the old generation
+//! deleted. A power failure mid-install leaves the old generation live and the partial
+//! one is cleared at the next open.
 
-use ledger_core::Ledger;
+use std::sync::Arc;
+
+use ledger_core::snapshot::{put_frame, Frames, Restore, HEADER};
+use ledger_core::store::Table;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode, encode};
-use crate::disk::{DiskRef, Keyspace, WriteBatch};
+use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
+use crate::ledger_store::{disk_key, generation_range, DiskStore};
 use crate::types::{LogId, SnapshotMeta, StoredMembership};
 
-const CURRENT_KEY: &[u8] = b"current";
+/// Key in [`Keyspace::Meta`] of the live generation.
+const GENERATION_KEY: &[u8] = b"state_generation";
+/// Key of the applied position, in table id 0 of a generation.
+const APPLIED_KEY: &[u8] = b"applied";
+/// Magic of a snapshot stream.
+const STREAM_MAGIC: [u8; 4] = *b"LRS1";
+/// Entries restored per write batch while installing.
+const INSTALL_BATCH_WRITES: usize = 4_096;
+/// Entries read per page from a view while streaming.
+const VIEW_PAGE: usize = 1_024;
 
-#[derive(Serialize)]
-enum PayloadRef<'a> {
-    V1 {
-        last_applied: &'a Option<LogId>,
-        membership: &'a StoredMembership,
-        ledger: &'a [u8],
-    },
-}
-
-#[derive(Deserialize)]
-enum Payload {
+/// The applied position of a generation.
+#[derive(Serialize, Deserialize)]
+enum AppliedRecord {
     V1 {
         last_applied: Option<LogId>,
         membership: StoredMembership,
-        ledger: Vec<u8>,
     },
 }
 
-/// Encodes a snapshot of `ledger` taken after applying `last_applied`.
-pub(crate) fn encode_snapshot(
-    ledger: &Ledger,
+fn applied_key(generation: u8) -> Vec<u8> {
+    let mut key = vec![generation, 0];
+    key.extend_from_slice(APPLIED_KEY);
+    key
+}
+
+/// The live generation (0 on a new disk).
+pub(crate) fn read_generation(disk: &DiskRef) -> Result<u8, StoreError> {
+    match disk.get(Keyspace::Meta, GENERATION_KEY)?.as_deref() {
+        None => Ok(0),
+        Some([g @ (0 | 1)]) => Ok(*g),
+        Some(other) => Err(StoreError::Inconsistent(format!(
+            "live state generation {other:?}"
+        ))),
+    }
+}
+
+/// The applied position of `generation` (nothing applied on a new disk).
+pub(crate) fn read_applied(
+    disk: &DiskRef,
+    generation: u8,
+) -> Result<(Option<LogId>, StoredMembership), StoreError> {
+    match disk.get(Keyspace::State, &applied_key(generation))? {
+        None => Ok((None, StoredMembership::default())),
+        Some(bytes) => {
+            let AppliedRecord::V1 {
+                last_applied,
+                membership,
+            } = decode(&bytes, "applied position")?;
+            Ok((last_applied, membership))
+        }
+    }
+}
+
+/// Adds the applied position of `generation` to `batch`.
+pub(crate) fn put_applied(
+    batch: &mut WriteBatch,
+    generation: u8,
     last_applied: &Option<LogId>,
     membership: &StoredMembership,
-) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
-    let ledger_bytes = ledger.to_snapshot();
-    let payload = PayloadRef::V1 {
-        last_applied,
-        membership,
-        ledger: &ledger_bytes,
+) -> Result<(), StoreError> {
+    let record = AppliedRecord::V1 {
+        last_applied: *last_applied,
+        membership: membership.clone(),
     };
-    let bytes = encode(&payload, "snapshot")?;
-    let meta = SnapshotMeta {
-        last_log_id: *last_applied,
-        last_membership: membership.clone(),
-    };
-    Ok((meta, bytes))
+    batch.put(
+        Keyspace::State,
+        applied_key(generation),
+        encode(&record, "applied position")?,
+    );
+    Ok(())
 }
 
-fn decode_payload(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), StoreError> {
-    let Payload::V1 {
-        last_applied,
-        membership,
-        ledger,
-    } = decode(bytes, "snapshot")?;
-    let meta = SnapshotMeta {
-        last_log_id: last_applied,
-        last_membership: membership,
-    };
-    Ok((meta, ledger))
-}
-
-/// The metadata of snapshot bytes, without rebuilding the ledger.
-pub(crate) fn decode_meta(bytes: &[u8]) -> Result<SnapshotMeta, StoreError> {
-    Ok(decode_payload(bytes)?.0)
-}
-
-/// Decodes snapshot bytes and rebuilds and validates the ledger.
-pub(crate) fn decode_snapshot(bytes: &[u8]) -> Result<(SnapshotMeta, Ledger), StoreError> {
-    let (meta, ledger_bytes) = decode_payload(bytes)?;
-    let ledger = Ledger::from_snapshot(&ledger_bytes).map_err(StoreError::SnapshotRefused)?;
-    Ok((meta, ledger))
-}
-
-/// Reads the kept snapshot's bytes (blocking).
-pub(crate) fn read_current(disk: &DiskRef) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(disk.get(Keyspace::Snapshot, CURRENT_KEY)?)
-}
-
-/// Replaces the kept snapshot and syncs (blocking).
-pub(crate) fn write_current(disk: &DiskRef, bytes: Vec<u8>) -> Result<(), StoreError> {
+/// Deletes every generation but `live` (what a crashed install left).
+pub(crate) fn clear_other_generations(disk: &DiskRef, live: u8) -> Result<(), StoreError> {
+    let (from, to) = generation_range(1 - live);
     let mut batch = WriteBatch::new();
-    batch.put(Keyspace::Snapshot, CURRENT_KEY, bytes);
+    batch.delete_range(Keyspace::State, from, to);
+    disk.write(batch)?;
+    Ok(())
+}
+
+/// Snapshot data: a view of this node's state, or a stream received from the leader.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct SnapshotData(Source);
+
+#[derive(Clone)]
+enum Source {
+    View {
+        view: Arc<dyn DiskView>,
+        generation: u8,
+        meta: SnapshotMeta,
+    },
+    Bytes(Arc<Vec<u8>>),
+}
+
+impl std::fmt::Debug for SnapshotData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Source::View { meta, .. } => write!(f, "SnapshotData::View({meta})"),
+            Source::Bytes(b) => write!(f, "SnapshotData::Bytes({} bytes)", b.len()),
+        }
+    }
+}
+
+impl SnapshotData {
+    /// A stream received whole.
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        SnapshotData(Source::Bytes(Arc::new(bytes)))
+    }
+
+    /// `generation` of `view`, at `meta`.
+    pub(crate) fn view(view: Box<dyn DiskView>, generation: u8, meta: SnapshotMeta) -> Self {
+        SnapshotData(Source::View {
+            view: Arc::from(view),
+            generation,
+            meta,
+        })
+    }
+
+    /// Reads the stream from its start, in chunks (blocking: reads the disk).
+    pub fn chunks(&self) -> Result<SnapshotChunks, StoreError> {
+        let source = match &self.0 {
+            Source::Bytes(bytes) => Chunking::Bytes {
+                bytes: bytes.clone(),
+                at: 0,
+            },
+            Source::View {
+                view,
+                generation,
+                meta,
+            } => {
+                let mut head = STREAM_MAGIC.to_vec();
+                let meta = encode(meta, "snapshot meta")?;
+                head.extend_from_slice(&(meta.len() as u32).to_be_bytes());
+                head.extend_from_slice(&meta);
+                head.extend_from_slice(&HEADER);
+                Chunking::View {
+                    view: view.clone(),
+                    generation: *generation,
+                    head,
+                    table: 0,
+                    cursor: Vec::new(),
+                }
+            }
+        };
+        Ok(SnapshotChunks(source))
+    }
+
+    /// The whole stream in one buffer (blocking).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, StoreError> {
+        let mut chunks = self.chunks()?;
+        let mut out = Vec::new();
+        while let Some(chunk) = chunks.next_chunk(1 << 20)? {
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+}
+
+/// A snapshot stream being read (see [`SnapshotData::chunks`]).
+pub struct SnapshotChunks(Chunking);
+
+enum Chunking {
+    Bytes {
+        bytes: Arc<Vec<u8>>,
+        at: usize,
+    },
+    View {
+        view: Arc<dyn DiskView>,
+        generation: u8,
+        /// What goes before the first frame, not yet returned.
+        head: Vec<u8>,
+        /// Position in [`Table::PRIMARY`] of the table being read.
+        table: usize,
+        /// The next key to read in it.
+        cursor: Vec<u8>,
+    },
+}
+
+impl SnapshotChunks {
+    /// The next piece of about `max_bytes` (a frame is never split across views' pages
+    /// but may make a piece longer), `None` at the end (blocking).
+    pub fn next_chunk(&mut self, max_bytes: usize) -> Result<Option<Vec<u8>>, StoreError> {
+        match &mut self.0 {
+            Chunking::Bytes { bytes, at } => {
+                let end = (*at + max_bytes).min(bytes.len());
+                let chunk = bytes[*at..end].to_vec();
+                *at = end;
+                Ok((!chunk.is_empty()).then_some(chunk))
+            }
+            Chunking::View {
+                view,
+                generation,
+                head,
+                table,
+                cursor,
+            } => {
+                let mut out = std::mem::take(head);
+                while out.len() < max_bytes && *table < Table::PRIMARY.len() {
+                    let t = Table::PRIMARY[*table];
+                    let from = disk_key(*generation, t, cursor);
+                    let to = [*generation, t.id() + 1];
+                    let page = view.range(&from, Some(&to), VIEW_PAGE)?;
+                    for (key, value) in &page {
+                        put_frame(&mut out, t, &key[2..], value);
+                    }
+                    match page.last() {
+                        Some((last, _)) if page.len() == VIEW_PAGE => {
+                            *cursor = last[2..].to_vec();
+                            cursor.push(0);
+                        }
+                        _ => {
+                            *table += 1;
+                            cursor.clear();
+                        }
+                    }
+                }
+                Ok((!out.is_empty()).then_some(out))
+            }
+        }
+    }
+}
+
+/// Where a received stream is in its own header.
+struct StreamHeader {
+    buffer: Vec<u8>,
+    meta: Option<SnapshotMeta>,
+}
+
+impl StreamHeader {
+    /// Takes header bytes from `piece`; returns what follows the header once it is read.
+    fn feed<'a>(&mut self, piece: &'a [u8]) -> Result<&'a [u8], StoreError> {
+        if self.meta.is_some() {
+            return Ok(piece);
+        }
+        let before = self.buffer.len();
+        self.buffer.extend_from_slice(piece);
+        if self.buffer.len() < 8 {
+            return Ok(&[]);
+        }
+        if self.buffer[..4] != STREAM_MAGIC {
+            return Err(StoreError::Inconsistent(format!(
+                "snapshot stream starts with {:?}",
+                &self.buffer[..4]
+            )));
+        }
+        let len = u32::from_be_bytes(self.buffer[4..8].try_into().expect("4 bytes")) as usize;
+        if self.buffer.len() < 8 + len {
+            return Ok(&[]);
+        }
+        self.meta = Some(decode(&self.buffer[8..8 + len], "snapshot meta")?);
+        Ok(&piece[8 + len - before..])
+    }
+}
+
+/// Installs `data` into the generation after `live` and makes it live; returns it.
+/// `meta` is what openraft says the snapshot covers; the stream must say the same.
+/// Blocking.
+pub(crate) fn install(
+    disk: &DiskRef,
+    live: u8,
+    meta: &SnapshotMeta,
+    data: &SnapshotData,
+) -> Result<u8, StoreError> {
+    let target = 1 - live;
+    clear_other_generations(disk, live)?;
+    let mut header = StreamHeader {
+        buffer: Vec::new(),
+        meta: None,
+    };
+    let mut frames = Frames::new();
+    let mut restore = Restore::new(DiskStore::new(disk.clone(), target));
+    let mut chunks = data.chunks()?;
+    while let Some(chunk) = chunks.next_chunk(1 << 20)? {
+        frames.extend(header.feed(&chunk)?);
+        while let Some((table, key, value)) =
+            frames.next_frame().map_err(StoreError::SnapshotRefused)?
+        {
+            restore
+                .push(table, &key, &value)
+                .map_err(StoreError::SnapshotRefused)?;
+            if restore.store_mut().pending_writes() >= INSTALL_BATCH_WRITES {
+                flush(restore.store_mut())?;
+            }
+        }
+    }
+    frames.finish().map_err(StoreError::SnapshotRefused)?;
+    let decoded = header
+        .meta
+        .ok_or_else(|| StoreError::Inconsistent("snapshot stream without a header".into()))?;
+    if decoded != *meta {
+        return Err(StoreError::Inconsistent(format!(
+            "snapshot data covers {decoded}, its metadata says {meta}"
+        )));
+    }
+    let mut ledger = restore.finish().map_err(StoreError::SnapshotRefused)?;
+    let store = ledger.store_mut();
+    let mut batch = WriteBatch::new();
+    store.take_writes(&mut batch);
+    if let Some(fault) = store.fault() {
+        return Err(fault);
+    }
+    put_applied(&mut batch, target, &meta.last_log_id, &meta.last_membership)?;
+    batch.put(Keyspace::Meta, GENERATION_KEY, vec![target]);
     disk.write(batch)?;
     disk.sync()?;
+    Ok(target)
+}
+
+fn flush(store: &mut DiskStore) -> Result<(), StoreError> {
+    if let Some(fault) = store.fault() {
+        return Err(fault);
+    }
+    let mut batch = WriteBatch::new();
+    store.take_writes(&mut batch);
+    store.disk().write(batch)?;
     Ok(())
 }

@@ -1,17 +1,22 @@
-//! The replicated state machine: the effect ledger in memory, snapshots on disk.
+//! The replicated state machine: the effect ledger in the disk's tables.
 //!
-//! Committed entries are applied to an in-memory [`Ledger`]; each normal entry's
-//! commands run in order at the stamp the leader put on the entry, never at a local
-//! clock. Durability comes from two places: snapshots, which are written and synced to
-//! [`Keyspace::Snapshot`](crate::disk::Keyspace::Snapshot), and the Raft log itself. On
-//! restart the state machine starts from the kept snapshot and openraft re-applies the
-//! committed entries after it (the log store keeps the committed log id for that).
+//! Committed entries are applied to a [`Ledger`] over a [`DiskStore`]; each normal
+//! entry's commands run in order at the stamp the leader put on the entry, never at a
+//! local clock. An entry's writes are committed as one atomic batch together with the
+//! entry's log id, so the state on disk always matches its applied position. Applies are
+//! not synced one by one: the Raft log is durable, and after a power failure openraft
+//! re-applies the committed entries after the applied position that survived. Before a
+//! snapshot is reported built (which lets openraft purge the log) the disk is synced, so
+//! the state up to the snapshot is durable.
+//!
+//! Memory holds only what is being applied: a restart reads the applied position from
+//! the disk and serves from there (see `snapshot` for snapshots and installs).
 //!
 //! The ledger sits behind an `RwLock` shared with any number of [`LedgerReader`]s, so the
 //! node can serve reads while the state machine belongs to openraft.
 
 use std::io;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::{Stream, TryStreamExt};
 use ledger_core::Ledger;
@@ -19,24 +24,31 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
-use crate::disk::DiskRef;
+use crate::disk::{DiskRef, Keyspace, WriteBatch};
 use crate::error::StoreError;
+use crate::ledger_store::{generation_range, DiskStore};
 use crate::runtime::blocking;
-use crate::snapshot::{decode_meta, decode_snapshot, encode_snapshot, read_current, write_current};
+use crate::snapshot::{
+    clear_other_generations, install, put_applied, read_applied, read_generation,
+};
 use crate::types::{
     Entry, LedgerResponse, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
     TypeConfig,
 };
 
+/// The ledger as the state machine keeps it.
+pub type StoredLedger = Ledger<DiskStore>;
+
 /// The ledger and the Raft position it reflects, always changed together.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Applied {
-    ledger: Ledger,
+    ledger: StoredLedger,
     last_applied: Option<LogId>,
     membership: StoredMembership,
 }
 
 impl Applied {
+    /// Applies one entry and commits its writes with its log id in one batch.
     fn apply(&mut self, entry: Entry) -> Result<LedgerResponse, StoreError> {
         let log_id = entry.log_id();
         if let Some(last) = &self.last_applied {
@@ -46,21 +58,47 @@ impl Applied {
                 )));
             }
         }
-        let response = match entry.payload {
-            EntryPayload::Blank => LedgerResponse::default(),
-            EntryPayload::Normal(request) => LedgerResponse {
-                outcomes: request
-                    .commands
-                    .iter()
-                    .map(|command| self.ledger.apply_stamped(command, request.stamp))
-                    .collect(),
+        let mut membership = None;
+        let ledger = &mut self.ledger;
+        // A damaged value reads as absent, which can lead the ledger's own invariant
+        // checks to panic; with a fault latched, that panic only means "stop here".
+        let applied =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match entry.payload {
+                EntryPayload::Blank => LedgerResponse::default(),
+                EntryPayload::Normal(request) => LedgerResponse {
+                    outcomes: request
+                        .commands
+                        .iter()
+                        .map(|command| ledger.apply_stamped(command, request.stamp))
+                        .collect(),
+                },
+                EntryPayload::Membership(m) => {
+                    membership = Some(StoredMembership::new(Some(log_id), m));
+                    LedgerResponse::default()
+                }
+            }));
+        let response = match applied {
+            Ok(response) => response,
+            Err(panic) => match self.ledger.store().fault() {
+                Some(fault) => {
+                    self.ledger.store_mut().discard();
+                    return Err(fault);
+                }
+                None => std::panic::resume_unwind(panic),
             },
-            EntryPayload::Membership(membership) => {
-                self.membership = StoredMembership::new(Some(log_id), membership);
-                LedgerResponse::default()
-            }
         };
+        let store = self.ledger.store_mut();
+        if let Some(fault) = store.fault() {
+            store.discard();
+            return Err(fault);
+        }
+        let mut batch = WriteBatch::new();
+        store.take_writes(&mut batch);
+        let membership = membership.unwrap_or_else(|| self.membership.clone());
+        put_applied(&mut batch, store.generation(), &Some(log_id), &membership)?;
+        store.disk().write(batch)?;
         self.last_applied = Some(log_id);
+        self.membership = membership;
         Ok(response)
     }
 }
@@ -71,9 +109,6 @@ impl Applied {
 pub struct LedgerStateMachine {
     applied: Arc<RwLock<Applied>>,
     disk: DiskRef,
-    /// Metadata of the snapshot on disk, `None` before the first. Its lock also
-    /// serialises snapshot writes, so an older build never replaces a newer snapshot.
-    kept_snapshot: Arc<Mutex<Option<SnapshotMeta>>>,
 }
 
 impl std::fmt::Debug for LedgerStateMachine {
@@ -95,73 +130,67 @@ impl std::fmt::Debug for LedgerReader {
 }
 
 impl LedgerReader {
-    fn lock(&self) -> RwLockReadGuard<'_, Applied> {
+    fn lock(&self) -> Result<RwLockReadGuard<'_, Applied>, StoreError> {
         // Poisoned only if applying an entry panicked (a ledger invariant assertion):
         // openraft has then stopped the node, and no decision may rest on that state.
-        self.applied
-            .read()
-            .expect("ledger state poisoned: an apply panicked and the node must restart")
+        self.applied.read().map_err(|_| StoreError::Poisoned)
     }
 
     /// Runs `f` on the ledger as of the last applied entry. Holds a read lock for the
-    /// duration of `f`, which delays applying; keep `f` short.
-    ///
-    /// # Panics
-    ///
-    /// If an earlier apply panicked (the node is then stopped).
-    pub fn read<R>(&self, f: impl FnOnce(&Ledger) -> R) -> R {
-        f(&self.lock().ledger)
+    /// duration of `f`, which delays applying; keep `f` short. An error when the state
+    /// could not be read (`f`'s answer is then not to be trusted) or an apply panicked.
+    pub fn read<R>(&self, f: impl FnOnce(&StoredLedger) -> R) -> Result<R, StoreError> {
+        self.read_at(|ledger, _| f(ledger))
     }
 
     /// Runs `f` on the ledger and the index of the last entry applied to it, read together
     /// so that they describe one moment.
-    pub fn read_at<R>(&self, f: impl FnOnce(&Ledger, Option<u64>) -> R) -> R {
-        let applied = self.lock();
-        f(
+    pub fn read_at<R>(
+        &self,
+        f: impl FnOnce(&StoredLedger, Option<u64>) -> R,
+    ) -> Result<R, StoreError> {
+        let applied = self.lock()?;
+        let answer = f(
             &applied.ledger,
             applied.last_applied.as_ref().map(|l| l.index()),
-        )
+        );
+        match applied.ledger.store().fault() {
+            Some(fault) => Err(fault),
+            None => Ok(answer),
+        }
     }
 
     /// The log id of the last applied entry.
     pub fn last_applied(&self) -> Option<LogId> {
-        self.lock().last_applied
+        self.lock().ok().and_then(|a| a.last_applied)
     }
 
     /// The index of the last applied entry.
     pub fn last_applied_index(&self) -> Option<u64> {
-        self.lock()
-            .last_applied
-            .as_ref()
-            .map(|log_id| log_id.index())
+        self.last_applied().map(|log_id| log_id.index())
     }
 }
 
 impl LedgerStateMachine {
-    /// Opens the state machine on `disk`, restored from the snapshot kept there if any.
+    /// Opens the state machine on `disk`: the live generation and its applied position,
+    /// nothing loaded.
     pub async fn open(disk: DiskRef) -> Result<LedgerStateMachine, StoreError> {
         let reading = disk.clone();
-        let restored = blocking(move || {
-            read_current(&reading)?
-                .map(|bytes| decode_snapshot(&bytes))
-                .transpose()
+        let (generation, last_applied, membership) = blocking(move || {
+            let generation = read_generation(&reading)?;
+            clear_other_generations(&reading, generation)?;
+            let (last_applied, membership) = read_applied(&reading, generation)?;
+            Ok::<_, StoreError>((generation, last_applied, membership))
         })
         .await?;
-        let (applied, kept) = match restored {
-            None => (Applied::default(), None),
-            Some((meta, ledger)) => {
-                let applied = Applied {
-                    ledger,
-                    last_applied: meta.last_log_id,
-                    membership: meta.last_membership.clone(),
-                };
-                (applied, Some(meta))
-            }
+        let applied = Applied {
+            ledger: Ledger::on(DiskStore::new(disk.clone(), generation)),
+            last_applied,
+            membership,
         };
         Ok(LedgerStateMachine {
             applied: Arc::new(RwLock::new(applied)),
             disk,
-            kept_snapshot: Arc::new(Mutex::new(kept)),
         })
     }
 
@@ -172,28 +201,23 @@ impl LedgerStateMachine {
         }
     }
 
-    /// Writes a snapshot to disk and syncs; with `only_if_newer`, skips it unless it
-    /// covers more of the log than the kept one.
-    async fn keep_snapshot(
-        &self,
-        meta: SnapshotMeta,
-        bytes: Vec<u8>,
-        only_if_newer: bool,
-    ) -> Result<Vec<u8>, StoreError> {
-        let disk = self.disk.clone();
-        let kept_snapshot = self.kept_snapshot.clone();
-        blocking(move || {
-            let mut kept = kept_snapshot.lock().map_err(|_| StoreError::Poisoned)?;
-            let newer = kept
-                .as_ref()
-                .is_none_or(|kept| meta.last_log_id > kept.last_log_id);
-            if newer || !only_if_newer {
-                write_current(&disk, bytes.clone())?;
-                *kept = Some(meta);
-            }
-            Ok(bytes)
-        })
-        .await
+    /// The state as it is now, as a snapshot: a view taken while no apply commits, with
+    /// the position it shows. `None` before anything was applied.
+    fn current(&self) -> Result<Option<Snapshot>, StoreError> {
+        let applied = self.applied.read().map_err(|_| StoreError::Poisoned)?;
+        if applied.last_applied.is_none() {
+            return Ok(None);
+        }
+        let view = self.disk.view(Keyspace::State)?;
+        let meta = SnapshotMeta {
+            last_log_id: applied.last_applied,
+            last_membership: applied.membership.clone(),
+        };
+        let data = SnapshotData::view(view, applied.ledger.store().generation(), meta.clone());
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: data,
+        }))
     }
 }
 
@@ -201,15 +225,19 @@ impl RaftSnapshotBuilder<TypeConfig> for LedgerStateMachine {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let (meta, bytes) = {
-            let applied = self.applied.read().map_err(|_| StoreError::Poisoned)?;
-            encode_snapshot(&applied.ledger, &applied.last_applied, &applied.membership)?
-        };
-        let bytes = self.keep_snapshot(meta.clone(), bytes, true).await?;
-        Ok(Snapshot {
-            meta,
-            snapshot: SnapshotData::new(bytes),
+        let this = self.clone();
+        let snapshot = blocking(move || {
+            let snapshot = this.current()?.unwrap_or_else(|| Snapshot {
+                meta: SnapshotMeta::default(),
+                snapshot: SnapshotData::from_bytes(Vec::new()),
+            });
+            // Everything applied up to the snapshot becomes durable before openraft may
+            // purge the log it came from.
+            this.disk.sync()?;
+            Ok::<_, StoreError>(snapshot)
         })
+        .await?;
+        Ok(snapshot)
     }
 }
 
@@ -247,38 +275,37 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let bytes = snapshot.into_inner();
-        let ((decoded_meta, ledger), bytes) =
-            blocking(move || decode_snapshot(&bytes).map(|decoded| (decoded, bytes))).await?;
-        if decoded_meta != *meta {
-            return Err(StoreError::Inconsistent(format!(
-                "snapshot data covers {decoded_meta}, its metadata says {meta}"
-            ))
-            .into());
-        }
-        // Kept first: if that fails, the state machine is untouched.
-        self.keep_snapshot(decoded_meta, bytes, false).await?;
-        let mut applied = self.applied.write().map_err(|_| StoreError::Poisoned)?;
-        *applied = Applied {
-            ledger,
-            last_applied: meta.last_log_id,
-            membership: meta.last_membership.clone(),
+        let live = {
+            let applied = self.applied.read().map_err(|_| StoreError::Poisoned)?;
+            applied.ledger.store().generation()
         };
+        let disk = self.disk.clone();
+        let installing = meta.clone();
+        let generation = blocking(move || install(&disk, live, &installing, &snapshot)).await?;
+        {
+            let mut applied = self.applied.write().map_err(|_| StoreError::Poisoned)?;
+            *applied = Applied {
+                ledger: Ledger::on(DiskStore::new(self.disk.clone(), generation)),
+                last_applied: meta.last_log_id,
+                membership: meta.last_membership.clone(),
+            };
+        }
+        // Readers have moved to the new generation; the old one goes.
+        let disk = self.disk.clone();
+        blocking(move || {
+            let (from, to) = generation_range(live);
+            let mut batch = WriteBatch::new();
+            batch.delete_range(Keyspace::State, from, to);
+            disk.write(batch)
+        })
+        .await
+        .map_err(StoreError::from)?;
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let disk = self.disk.clone();
-        let current = blocking(move || {
-            read_current(&disk)?
-                .map(|bytes| decode_meta(&bytes).map(|meta| (meta, bytes)))
-                .transpose()
-        })
-        .await?;
-        Ok(current.map(|(meta, bytes)| Snapshot {
-            meta,
-            snapshot: SnapshotData::new(bytes),
-        }))
+        let this = self.clone();
+        Ok(blocking(move || this.current()).await?)
     }
 }
 
@@ -309,9 +336,18 @@ mod tests {
         }
     }
 
+    fn applied() -> Applied {
+        let disk: DiskRef = std::sync::Arc::new(crate::disk::SimDisk::new());
+        Applied {
+            ledger: Ledger::on(DiskStore::new(disk, 0)),
+            last_applied: None,
+            membership: StoredMembership::default(),
+        }
+    }
+
     #[test]
     fn normal_entry_answers_one_outcome_per_command_at_stamped_time() {
-        let mut applied = Applied::default();
+        let mut applied = applied();
         let request = LedgerRequest::at(5_000, vec![put_tenant("a"), put_tenant("b")]);
         let response = applied
             .apply(Entry::new_normal(log_id(1), request))
@@ -326,7 +362,7 @@ mod tests {
 
     #[test]
     fn blank_entry_answers_nothing_and_advances() {
-        let mut applied = Applied::default();
+        let mut applied = applied();
         let response = applied.apply(Entry::new_blank(log_id(1))).expect("apply");
         assert!(response.outcomes.is_empty());
         assert_eq!(applied.last_applied, Some(log_id(1)));
@@ -334,7 +370,7 @@ mod tests {
 
     #[test]
     fn entry_at_or_before_last_applied_is_refused() {
-        let mut applied = Applied::default();
+        let mut applied = applied();
         applied.apply(Entry::new_blank(log_id(2))).expect("apply");
         let again = applied.apply(Entry::new_blank(log_id(2)));
         assert!(matches!(again, Err(StoreError::Inconsistent(_))));

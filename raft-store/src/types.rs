@@ -7,7 +7,6 @@
 //! outcomes.
 
 use std::fmt;
-use std::io::Cursor;
 
 use ledger_core::{Command, Outcome, Stamp};
 use serde::{Deserialize, Serialize};
@@ -103,8 +102,7 @@ pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 /// What a snapshot covers: last log id and membership.
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-/// Snapshot bytes as they travel and are installed: a versioned encoding of the ledger
-/// with its last applied log id and membership.
-pub type SnapshotData = Cursor<Vec<u8>>;
+/// Snapshot data: a point-in-time view of the ledger's tables, or a stream received.
+pub use crate::snapshot::SnapshotData;
 /// A snapshot with its metadata.
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;

@@ -3,13 +3,16 @@
 
 mod common;
 
-use std::io::{Cursor, ErrorKind};
+use std::io::ErrorKind;
 use std::sync::Arc;
 
 use common::*;
 use futures::stream;
+use ledger_core::{EffectKey, EffectRecord, Table};
 use ledger_raft_store::disk::{Disk, DiskRef, Keyspace, SimDisk, WriteBatch};
-use ledger_raft_store::{open, LedgerRuntime, LedgerStateMachine, RaftLogStore};
+use ledger_raft_store::{
+    open, LedgerRuntime, LedgerStateMachine, RaftLogStore, SnapshotData, StoreError,
+};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{AsyncRuntime, RaftLogReader, RaftSnapshotBuilder};
 use rand::rngs::SmallRng;
@@ -98,19 +101,62 @@ fn garbage_vote_and_log_ids_are_errors() {
 }
 
 #[test]
-fn garbage_kept_snapshot_fails_open() {
+fn garbage_state_generation_fails_open() {
     LedgerRuntime::run(async {
         for bytes in garbage() {
+            if bytes == [0] || bytes == [1] {
+                continue;
+            }
             let disk = Arc::new(SimDisk::new());
-            put(&disk, Keyspace::Snapshot, b"current", bytes);
+            put(&disk, Keyspace::Meta, b"state_generation", bytes);
             let disk: DiskRef = disk;
-            assert!(open(disk).await.is_err(), "open refuses a garbage snapshot");
+            assert!(
+                open(disk).await.is_err(),
+                "open refuses a garbage generation"
+            );
+        }
+    });
+}
+
+#[test]
+fn damaged_record_is_never_served_nor_applied_over() {
+    LedgerRuntime::run(async {
+        let key = EffectKey::new(TENANT, "agent-runtime", "refund-1");
+        let mut stored = vec![0, Table::Records.id()];
+        stored.extend(ledger_core::keycode::key(&key));
+        for bytes in garbage() {
+            if ledger_core::store::decode_value::<EffectRecord>(&bytes).is_some() {
+                continue;
+            }
+            let (disk, mut state_machine, _) = busy_state_machine_on().await;
+            let reader = state_machine.reader();
+            assert!(reader.read(|l| l.get(&key)).expect("read").is_some());
+            put(&disk, Keyspace::State, &stored, bytes);
+            let served = reader.read(|l| l.get(&key));
+            assert!(
+                matches!(served, Err(StoreError::Damaged(_))),
+                "a damaged record is an error, not an answer: {served:?}"
+            );
+            let retry = normal_entry(1, 4, STAMPED_AT_MS, vec![claim("c-9", "refund-1")]);
+            let applied = state_machine.apply(stream::iter([Ok((retry, None))])).await;
+            assert!(applied.is_err(), "nothing is applied over a damaged record");
+            assert_eq!(reader.last_applied_index(), Some(3));
         }
     });
 }
 
 /// A state machine with the setup and a claim applied, and its snapshot.
 async fn busy_state_machine() -> (LedgerStateMachine, ledger_raft_store::types::Snapshot) {
+    let (_, state_machine, snapshot) = busy_state_machine_on().await;
+    (state_machine, snapshot)
+}
+
+/// [`busy_state_machine`] with its disk.
+async fn busy_state_machine_on() -> (
+    Arc<SimDisk>,
+    LedgerStateMachine,
+    ledger_raft_store::types::Snapshot,
+) {
     let disk = Arc::new(SimDisk::new());
     let (_, mut state_machine) = store_on(&disk).await;
     let entries = [
@@ -127,7 +173,7 @@ async fn busy_state_machine() -> (LedgerStateMachine, ledger_raft_store::types::
         .build_snapshot()
         .await
         .expect("build snapshot");
-    (state_machine, snapshot)
+    (disk, state_machine, snapshot)
 }
 
 #[test]
@@ -136,22 +182,22 @@ fn refused_snapshot_leaves_state_untouched() {
         let (mut state_machine, snapshot) = busy_state_machine().await;
         let reader = state_machine.reader();
         let before = (
-            reader.read(|l| l.to_snapshot()),
+            reader.read(|l| l.to_snapshot()).expect("read"),
             reader.last_applied_index(),
         );
-        let good = snapshot.snapshot.into_inner();
+        let good = snapshot.snapshot.to_bytes().expect("stream");
 
         let mut candidates = garbage();
         candidates.push(good[..good.len() / 2].to_vec());
         candidates.push([good.as_slice(), &[0]].concat());
         for bytes in candidates {
             let installed = state_machine
-                .install_snapshot(&snapshot.meta, Cursor::new(bytes))
+                .install_snapshot(&snapshot.meta, SnapshotData::from_bytes(bytes))
                 .await;
             assert!(installed.is_err(), "garbage snapshot refused");
             assert_eq!(
                 (
-                    reader.read(|l| l.to_snapshot()),
+                    reader.read(|l| l.to_snapshot()).expect("read"),
                     reader.last_applied_index()
                 ),
                 before
@@ -163,9 +209,9 @@ fn refused_snapshot_leaves_state_untouched() {
             .expect("read")
             .expect("kept");
         assert_eq!(
-            kept.snapshot.into_inner(),
+            kept.snapshot.to_bytes().expect("stream"),
             good,
-            "the kept snapshot is unchanged"
+            "the state is unchanged"
         );
     });
 }
@@ -195,8 +241,11 @@ fn valid_snapshot_installs_on_a_fresh_state_machine() {
             .install_snapshot(&snapshot.meta, snapshot.snapshot)
             .await
             .expect("install");
-        let expected = source.reader().read(|l| l.to_snapshot());
-        assert_eq!(fresh.reader().read(|l| l.to_snapshot()), expected);
+        let expected = source.reader().read(|l| l.to_snapshot()).expect("read");
+        assert_eq!(
+            fresh.reader().read(|l| l.to_snapshot()).expect("read"),
+            expected
+        );
         assert_eq!(fresh.reader().last_applied_index(), Some(3));
     });
 }

@@ -48,6 +48,11 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn view_is_a_point_in_time() {
+                conformance::view_is_a_point_in_time(&mut $harness);
+            }
+
+            #[test]
             fn run_all_passes() {
                 conformance::run_all(&mut $harness);
             }

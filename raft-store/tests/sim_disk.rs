@@ -107,13 +107,13 @@ fn power_failure_keeps_or_drops_a_batch_whole() {
         batch
             .put(Keyspace::Log, *b"a", *b"1")
             .put(Keyspace::Meta, *b"b", *b"1")
-            .put(Keyspace::Snapshot, *b"c", *b"1");
+            .put(Keyspace::State, *b"c", *b"1");
         disk.write(batch).expect("write");
         disk.power_fail(seed).expect("power failure");
         let seen = [
             disk.get(Keyspace::Log, b"a").expect("get").is_some(),
             disk.get(Keyspace::Meta, b"b").expect("get").is_some(),
-            disk.get(Keyspace::Snapshot, b"c").expect("get").is_some(),
+            disk.get(Keyspace::State, b"c").expect("get").is_some(),
         ];
         assert!(
             seen == [true; 3] || seen == [false; 3],

@@ -124,7 +124,7 @@ async fn first_life(disk: DiskRef) -> (Vec<u8>, Option<u64>) {
     ));
 
     let state = (
-        reader.read(|l| l.to_snapshot()),
+        reader.read(|l| l.to_snapshot()).expect("read"),
         reader.last_applied_index(),
     );
     raft.shutdown().await.expect("shutdown");
@@ -147,7 +147,10 @@ async fn write_power_fail_restart() {
         .applied_index_at_least(applied_before, "recovered")
         .await
         .expect("applied");
-    assert_eq!(reader.read(|l| l.to_snapshot()), ledger_before);
+    assert_eq!(
+        reader.read(|l| l.to_snapshot()).expect("read"),
+        ledger_before
+    );
     raft.shutdown().await.expect("shutdown");
 }
 

@@ -556,13 +556,13 @@ mod tests {
         let fact = observed(ObservationResult::Committed {
             receipt: "r".into(),
         });
-        assert_eq!(check_ack(&fact, record), Ok(()));
+        assert_eq!(check_ack(&fact, record.as_ref()), Ok(()));
         let wrong_receipt = observed(ObservationResult::Committed {
             receipt: "other".into(),
         });
-        assert!(check_ack(&wrong_receipt, record).is_err());
+        assert!(check_ack(&wrong_receipt, record.as_ref()).is_err());
         let unrecorded_proof = observed(ObservationResult::NotCommitted);
-        assert!(check_ack(&unrecorded_proof, record).is_err());
+        assert!(check_ack(&unrecorded_proof, record.as_ref()).is_err());
     }
 
     /// A holder's report of an unknown outcome ends its lease when it reports
@@ -581,7 +581,10 @@ mod tests {
                 grant,
             },
         };
-        assert_eq!(check_ack(&granted, ledger.get(&effect_key("ack"))), Ok(()));
+        assert_eq!(
+            check_ack(&granted, ledger.get(&effect_key("ack")).as_ref()),
+            Ok(())
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use ledger_core::{EffectKey, EffectRecord, EffectState, Ledger, ListQuery, Tombstone};
+use ledger_core::{EffectKey, EffectRecord, EffectState, Ledger, ListQuery, Store, Tombstone};
 use ledger_node::LedgerNode;
 
 /// A replica's applied state at one log index.
@@ -34,11 +34,12 @@ impl ReplicaView {
         let applied_index = node.reader.last_applied_index().unwrap_or(0);
         node.reader
             .read(|ledger| ReplicaView::of_ledger(node.id, applied_index, ledger))
+            .unwrap_or_else(|e| panic!("node {} state unreadable: {e}", node.id))
     }
 
     /// The view of `ledger` as node `node` holds it at `applied_index` (checkers' tests
     /// build views of a core ledger directly).
-    pub fn of_ledger(node: u64, applied_index: u64, ledger: &Ledger) -> ReplicaView {
+    pub fn of_ledger<S: Store>(node: u64, applied_index: u64, ledger: &Ledger<S>) -> ReplicaView {
         ReplicaView {
             node,
             applied_index,
@@ -69,8 +70,8 @@ impl ReplicaView {
     }
 }
 
-fn all_records(ledger: &Ledger) -> BTreeMap<EffectKey, EffectRecord> {
-    let tenants: Vec<String> = ledger.tenants().map(|(t, _)| t.clone()).collect();
+fn all_records<S: Store>(ledger: &Ledger<S>) -> BTreeMap<EffectKey, EffectRecord> {
+    let tenants: Vec<String> = ledger.tenants().into_iter().map(|(t, _)| t).collect();
     tenants
         .into_iter()
         .flat_map(|tenant| {
@@ -82,16 +83,17 @@ fn all_records(ledger: &Ledger) -> BTreeMap<EffectKey, EffectRecord> {
                 after: None,
                 limit: usize::MAX,
             };
-            ledger.list(&query).into_iter().cloned().collect::<Vec<_>>()
+            ledger.list(&query)
         })
         .map(|r| (r.key.clone(), r))
         .collect()
 }
 
-fn all_tombstones(ledger: &Ledger) -> BTreeMap<EffectKey, Tombstone> {
+fn all_tombstones<S: Store>(ledger: &Ledger<S>) -> BTreeMap<EffectKey, Tombstone> {
     ledger
         .tenants()
-        .flat_map(|(tenant, _)| ledger.tombstones(tenant))
-        .map(|t| (t.key.clone(), t.clone()))
+        .into_iter()
+        .flat_map(|(tenant, _)| ledger.tombstones(&tenant))
+        .map(|t| (t.key.clone(), t))
         .collect()
 }

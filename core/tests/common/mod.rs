@@ -220,7 +220,7 @@ impl Harness {
         self.operator(CommandBody::ExpireLeases { limit: 100 })
     }
 
-    pub fn record(&self, decl: &Declaration) -> &EffectRecord {
+    pub fn record(&self, decl: &Declaration) -> EffectRecord {
         self.ledger.get(&decl.key).expect("record exists")
     }
 

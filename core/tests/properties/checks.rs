@@ -18,7 +18,7 @@ impl Run {
         // Refusals change no record.
         if matches!(out, Outcome::Refused(_)) {
             for (key, rec) in records(before) {
-                prop_assert_eq!(Some(&rec), after.get(&key), "a refusal changed {}", key);
+                prop_assert_eq!(Some(rec), after.get(&key), "a refusal changed {}", key);
             }
             prop_assert_eq!(before.len(), after.len());
         }

@@ -27,6 +27,7 @@ pub fn run_all(harness: &mut dyn DiskHarness) {
     batch_applies_in_order(harness);
     last_returns_largest_key(harness);
     synced_writes_survive_restart(harness);
+    view_is_a_point_in_time(harness);
 }
 
 fn write(disk: &dyn Disk, build: impl FnOnce(&mut WriteBatch)) {
@@ -89,7 +90,7 @@ pub fn keyspaces_are_separate(harness: &mut dyn DiskHarness) {
     write(&*disk, |b| {
         b.put(Keyspace::Log, *b"k", *b"log")
             .put(Keyspace::Meta, *b"k", *b"meta")
-            .put(Keyspace::Snapshot, *b"k", *b"snapshot");
+            .put(Keyspace::State, *b"k", *b"state");
     });
     for space in Keyspace::ALL {
         assert_eq!(
@@ -259,7 +260,7 @@ pub fn synced_writes_survive_restart(harness: &mut dyn DiskHarness) {
     });
     write(&*disk, |b| {
         b.put(Keyspace::Meta, *b"x", *b"4")
-            .put(Keyspace::Snapshot, *b"y", *b"4");
+            .put(Keyspace::State, *b"y", *b"4");
     });
 
     let disk = harness.restart(disk);
@@ -273,7 +274,7 @@ pub fn synced_writes_survive_restart(harness: &mut dyn DiskHarness) {
         "synced put survives"
     );
     let x = get(&*disk, Keyspace::Meta, b"x").expect("x was synced");
-    let y = get(&*disk, Keyspace::Snapshot, b"y");
+    let y = get(&*disk, Keyspace::State, b"y");
     match &x[..] {
         b"2" | b"3" => assert_eq!(y, None, "batch 4 is lost whole"),
         b"4" => assert_eq!(y.as_deref(), Some(&b"4"[..]), "batch 4 survives whole"),
@@ -285,10 +286,48 @@ pub fn synced_writes_survive_restart(harness: &mut dyn DiskHarness) {
     let disk = harness.restart(disk);
     let again = (
         get(&*disk, Keyspace::Meta, b"x").expect("x"),
-        get(&*disk, Keyspace::Snapshot, b"y"),
+        get(&*disk, Keyspace::State, b"y"),
     );
     assert_eq!(
         seen, again,
         "what a restarted disk shows and then syncs stays"
+    );
+}
+
+/// A view shows its keyspace as it was when taken: later puts, deletes and range deletes
+/// do not reach it, and it honours bounds and limits like [`Disk::range`].
+pub fn view_is_a_point_in_time(harness: &mut dyn DiskHarness) {
+    let disk = harness.fresh();
+    write(&*disk, |b| {
+        b.put(Keyspace::State, *b"a", *b"1")
+            .put(Keyspace::State, *b"b", *b"2")
+            .put(Keyspace::State, *b"c", *b"3")
+            .put(Keyspace::Meta, *b"a", *b"meta");
+    });
+    let view = disk.view(Keyspace::State).expect("view");
+    write(&*disk, |b| {
+        b.put(Keyspace::State, *b"a", *b"changed")
+            .delete(Keyspace::State, *b"b")
+            .put(Keyspace::State, *b"d", *b"4")
+            .delete_range(Keyspace::State, *b"c", *b"cz");
+    });
+    let all = view.range(b"", None, 10).expect("range");
+    let expected: Vec<KeyValue> = [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+        .iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect();
+    assert_eq!(all, expected, "the view is unchanged by later writes");
+    assert_eq!(
+        view.range(b"b", Some(b"c"), 10).expect("range"),
+        expected[1..2]
+    );
+    assert_eq!(view.range(b"a", None, 1).expect("range"), expected[..1]);
+    assert!(view.range(b"c", Some(b"a"), 10).expect("range").is_empty());
+    assert_eq!(
+        disk.range(Keyspace::State, b"", None, 10)
+            .expect("range")
+            .len(),
+        2,
+        "the disk itself moved on"
     );
 }

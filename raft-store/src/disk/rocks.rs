@@ -6,13 +6,14 @@
 //! RocksDB batch, so it survives a crash entirely or not at all, in every column family.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBWithThreadMode, Direction,
-    IteratorMode, Options, SingleThreaded,
+    IteratorMode, Options, ReadOptions, SingleThreaded, SnapshotWithThreadMode,
 };
 
-use super::{Disk, DiskError, KeyValue, Keyspace, WriteBatch, WriteOp};
+use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, WriteBatch, WriteOp};
 
 /// Named explicitly: the `multi-threaded-cf` feature, if another crate enabled it, would
 /// change what `rocksdb::DB` means. Column families are all created at open, so the
@@ -21,7 +22,7 @@ type Db = DBWithThreadMode<SingleThreaded>;
 
 /// A [`Disk`] on RocksDB.
 pub struct RocksDisk {
-    db: Db,
+    db: Arc<Db>,
 }
 
 impl std::fmt::Debug for RocksDisk {
@@ -48,13 +49,86 @@ impl RocksDisk {
             ColumnFamilyDescriptor::new(space.name(), options)
         });
         let db = Db::open_cf_descriptors(&db_options, path, families).map_err(engine)?;
-        Ok(RocksDisk { db })
+        Ok(RocksDisk { db: Arc::new(db) })
     }
 
     fn family(&self, space: Keyspace) -> Result<&ColumnFamily, DiskError> {
-        self.db
-            .cf_handle(space.name())
-            .ok_or_else(|| DiskError::Engine(format!("column family {space} is missing").into()))
+        family(&self.db, space)
+    }
+}
+
+fn family(db: &Db, space: Keyspace) -> Result<&ColumnFamily, DiskError> {
+    db.cf_handle(space.name())
+        .ok_or_else(|| DiskError::Engine(format!("column family {space} is missing").into()))
+}
+
+/// Pairs in `[from, to)` of `space`, read with `options` (a snapshot or not).
+fn range_with(
+    db: &Db,
+    space: Keyspace,
+    mut options: ReadOptions,
+    from: &[u8],
+    to: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<KeyValue>, DiskError> {
+    if to.is_some_and(|to| to <= from) {
+        return Ok(Vec::new());
+    }
+    if let Some(to) = to {
+        // Lets RocksDB stop at the bound instead of stepping over deleted keys past it.
+        options.set_iterate_upper_bound(to.to_vec());
+    }
+    let mode = IteratorMode::From(from, Direction::Forward);
+    let mut pairs = Vec::new();
+    for item in db.iterator_cf_opt(family(db, space)?, options, mode) {
+        if pairs.len() >= limit {
+            break;
+        }
+        let (key, value) = item.map_err(engine)?;
+        pairs.push((key.into_vec(), value.into_vec()));
+    }
+    Ok(pairs)
+}
+
+/// A RocksDB snapshot of one column family, kept with the database it reads.
+struct RocksView {
+    // Declared first so it is dropped before the database handle below.
+    snapshot: SnapshotWithThreadMode<'static, Db>,
+    db: Arc<Db>,
+    space: Keyspace,
+}
+
+impl RocksView {
+    fn new(db: Arc<Db>, space: Keyspace) -> RocksView {
+        let snapshot = db.snapshot();
+        // SAFETY: the snapshot borrows the database, which lives in the `Arc` held by
+        // this same struct and is therefore alive for as long as the snapshot; fields
+        // drop in declaration order, so the snapshot is released before the `Arc`.
+        let snapshot = unsafe {
+            std::mem::transmute::<SnapshotWithThreadMode<'_, Db>, SnapshotWithThreadMode<'static, Db>>(
+                snapshot,
+            )
+        };
+        RocksView {
+            snapshot,
+            db,
+            space,
+        }
+    }
+}
+
+impl DiskView for RocksView {
+    fn range(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, DiskError> {
+        let mut options = ReadOptions::default();
+        options.set_snapshot(&self.snapshot);
+        // A snapshot stream reads everything once; keep it out of the block cache.
+        options.fill_cache(false);
+        range_with(&self.db, self.space, options, from, to, limit)
     }
 }
 
@@ -96,19 +170,7 @@ impl Disk for RocksDisk {
         to: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<KeyValue>, DiskError> {
-        let mode = IteratorMode::From(from, Direction::Forward);
-        let mut pairs = Vec::new();
-        for item in self.db.iterator_cf(self.family(space)?, mode) {
-            if pairs.len() >= limit {
-                break;
-            }
-            let (key, value) = item.map_err(engine)?;
-            if to.is_some_and(|to| *key >= *to) {
-                break;
-            }
-            pairs.push((key.into_vec(), value.into_vec()));
-        }
-        Ok(pairs)
+        range_with(&self.db, space, ReadOptions::default(), from, to, limit)
     }
 
     fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError> {
@@ -120,5 +182,10 @@ impl Disk for RocksDisk {
                 Ok(Some((key.into_vec(), value.into_vec())))
             }
         }
+    }
+
+    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
+        family(&self.db, space)?;
+        Ok(Box::new(RocksView::new(self.db.clone(), space)))
     }
 }

@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
-use super::{Disk, DiskError, KeyValue, Keyspace, WriteBatch, WriteOp};
+use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, WriteBatch, WriteOp};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -145,16 +145,7 @@ impl Disk for SimDisk {
         limit: usize,
     ) -> Result<Vec<KeyValue>, DiskError> {
         let state = self.lock()?;
-        let map = state.visible.map(space);
-        let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
-        if to.is_some_and(|to| to <= from) {
-            return Ok(Vec::new());
-        }
-        Ok(map
-            .range::<[u8], _>((Bound::Included(from), upper))
-            .take(limit)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+        Ok(range(state.visible.map(space), from, to, limit))
     }
 
     fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError> {
@@ -165,4 +156,34 @@ impl Disk for SimDisk {
             .last_key_value()
             .map(|(k, v)| (k.clone(), v.clone())))
     }
+
+    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
+        let map = self.lock()?.visible.map(space).clone();
+        Ok(Box::new(SimView(map)))
+    }
+}
+
+/// A copy of one keyspace.
+struct SimView(Map);
+
+impl DiskView for SimView {
+    fn range(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, DiskError> {
+        Ok(range(&self.0, from, to, limit))
+    }
+}
+
+fn range(map: &Map, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<KeyValue> {
+    if to.is_some_and(|to| to <= from) {
+        return Vec::new();
+    }
+    let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
+    map.range::<[u8], _>((Bound::Included(from), upper))
+        .take(limit)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }

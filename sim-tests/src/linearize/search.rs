@@ -129,7 +129,7 @@ impl<'a> Search<'a> {
         }
         let command_id_and_body = match &op.call {
             Call::Read => {
-                let seen = model.get(&op.key).map(read_form);
+                let seen = model.get(&op.key).as_ref().map(read_form);
                 let matches = match &op.answer {
                     Some((_, Answer::Record(real))) => seen == real.as_deref().map(read_form),
                     _ => true,

@@ -75,10 +75,7 @@ fn read(span: (u64, u64), ledger: &Ledger) -> Op {
         key: key(),
         call: Call::Read,
         invoked_ms: span.0,
-        answer: Some((
-            span.1,
-            Answer::Record(ledger.get(&key()).cloned().map(Box::new)),
-        )),
+        answer: Some((span.1, Answer::Record(ledger.get(&key()).map(Box::new)))),
     }
 }
 

@@ -348,7 +348,7 @@ async fn tombstones_expire(
             view.node
         );
         let node = cluster.node(view.node).expect("running");
-        let usage = node.reader.read(|l| l.usage(TENANT));
+        let usage = node.reader.read(|l| l.usage(TENANT)).expect("readable");
         assert_eq!(
             (usage.live_records, usage.tombstones),
             (1, 0),

@@ -1,0 +1,278 @@
+//! [`DiskStore`]: the ledger's tables on a [`Disk`], with the writes of the entry being
+//! applied kept aside until they are committed in one batch.
+//!
+//! Every table lives in [`Keyspace::State`] under `generation | table id | key`. The
+//! generation byte lets a snapshot be installed next to the live state and swapped in
+//! with one write (see `snapshot`). Reads see the pending writes first, then the disk;
+//! scans merge the two in key order. Nothing reaches the disk until the state machine
+//! takes the pending writes into a [`WriteBatch`] together with the applied log id.
+//!
+//! A read the disk cannot serve (an engine error, a value whose checksum does not match)
+//! latches a fault and answers "absent" to the ledger, as [`Store`] requires; the state
+//! machine then discards everything computed since and stops, and readers get the error
+//! instead of an answer. The latch is sticky: a node that found damage serves nothing
+//! more from this state.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+
+use ledger_core::store::{Pair, Store, Table};
+
+use crate::disk::{DiskRef, Keyspace, WriteBatch};
+use crate::error::StoreError;
+
+/// Largest page read from the disk by one scan step.
+const SCAN_PAGE: usize = 512;
+
+/// The ledger's tables of one generation on a disk.
+pub struct DiskStore {
+    disk: DiskRef,
+    generation: u8,
+    pending: BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>,
+    fault: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore")
+            .field("generation", &self.generation)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where `key` of `table` is kept in `generation`.
+pub(crate) fn disk_key(generation: u8, table: Table, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + key.len());
+    out.extend_from_slice(&[generation, table.id()]);
+    out.extend_from_slice(key);
+    out
+}
+
+/// The key range of a whole generation.
+pub(crate) fn generation_range(generation: u8) -> (Vec<u8>, Vec<u8>) {
+    (vec![generation], vec![generation + 1])
+}
+
+impl DiskStore {
+    /// The tables of `generation` on `disk`.
+    pub(crate) fn new(disk: DiskRef, generation: u8) -> DiskStore {
+        DiskStore {
+            disk,
+            generation,
+            pending: BTreeMap::new(),
+            fault: Arc::default(),
+        }
+    }
+
+    /// The generation this store reads and writes.
+    pub(crate) fn generation(&self) -> u8 {
+        self.generation
+    }
+
+    /// The disk under it.
+    pub(crate) fn disk(&self) -> &DiskRef {
+        &self.disk
+    }
+
+    /// Moves the pending writes into `batch`.
+    pub(crate) fn take_writes(&mut self, batch: &mut WriteBatch) {
+        for ((table, key), value) in std::mem::take(&mut self.pending) {
+            let at = disk_key(self.generation, table, &key);
+            match value {
+                Some(value) => batch.put(Keyspace::State, at, value),
+                None => batch.delete(Keyspace::State, at),
+            };
+        }
+    }
+
+    /// How many writes are pending.
+    pub(crate) fn pending_writes(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Forgets the pending writes.
+    pub(crate) fn discard(&mut self) {
+        self.pending.clear();
+    }
+
+    /// The damage found so far, if any.
+    pub(crate) fn fault(&self) -> Option<StoreError> {
+        let fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        fault.clone().map(StoreError::Damaged)
+    }
+
+    fn latch(&self, what: String) {
+        let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        fault.get_or_insert(what);
+    }
+
+    /// One page of `table` from the disk, keys without the prefix.
+    fn disk_page(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
+        let start = disk_key(self.generation, table, from);
+        let end = match to {
+            Some(to) => disk_key(self.generation, table, to),
+            None => vec![self.generation, table.id() + 1],
+        };
+        match self.disk.range(Keyspace::State, &start, Some(&end), limit) {
+            Ok(pairs) => pairs
+                .into_iter()
+                .map(|(mut k, v)| (k.split_off(2), v))
+                .collect(),
+            Err(e) => {
+                self.latch(format!("reading table {table:?}: {e}"));
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl Store for DiskStore {
+    fn get(&self, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+        if let Some(pending) = self.pending.get(&(table, key.to_vec())) {
+            return pending.clone();
+        }
+        match self
+            .disk
+            .get(Keyspace::State, &disk_key(self.generation, table, key))
+        {
+            Ok(value) => value,
+            Err(e) => {
+                self.latch(format!("reading {table:?} {key:?}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn scan(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
+        let mut out = Vec::new();
+        if limit == 0 || to.is_some_and(|to| to <= from) {
+            return out;
+        }
+        let mut cursor = from.to_vec();
+        loop {
+            let page = self.disk_page(table, &cursor, to, SCAN_PAGE.min(limit + 1));
+            let exhausted = page.len() < SCAN_PAGE.min(limit + 1);
+            // Pending writes up to the last key read from the disk (or to the end of
+            // the range when the disk has no more) are merged into this step.
+            let upper = match (exhausted, page.last()) {
+                (false, Some((last, _))) => Bound::Included(last.clone()),
+                _ => to.map_or(Bound::Unbounded, |to| Bound::Excluded(to.to_vec())),
+            };
+            let lower = (table, cursor.clone());
+            let upper = match upper {
+                Bound::Included(k) => Bound::Included((table, k)),
+                Bound::Excluded(k) => Bound::Excluded((table, k)),
+                Bound::Unbounded => Bound::Unbounded,
+            };
+            let mut pending = self
+                .pending
+                .range((Bound::Included(lower), upper))
+                .take_while(|((t, _), _)| *t == table)
+                .map(|((_, k), v)| (k.clone(), v.clone()))
+                .peekable();
+            let mut disk = page.iter().peekable();
+            loop {
+                let take_pending = match (pending.peek(), disk.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (Some((pk, _)), Some((dk, _))) => pk <= dk,
+                };
+                let (key, value) = if take_pending {
+                    let (key, value) = pending.next().expect("peeked");
+                    if disk.peek().is_some_and(|(dk, _)| *dk == key) {
+                        disk.next();
+                    }
+                    (key, value)
+                } else {
+                    let (key, value) = disk.next().expect("peeked");
+                    (key.clone(), Some(value.clone()))
+                };
+                if let Some(value) = value {
+                    out.push((key, value));
+                    if out.len() == limit {
+                        return out;
+                    }
+                }
+            }
+            match page.last() {
+                Some((last, _)) if !exhausted => {
+                    cursor = last.clone();
+                    cursor.push(0);
+                }
+                _ => return out,
+            }
+        }
+    }
+
+    fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) {
+        self.pending.insert((table, key), Some(value));
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) {
+        self.pending.insert((table, key.to_vec()), None);
+    }
+
+    fn corrupt(&self, table: Table, key: &[u8], what: &str) {
+        self.latch(format!(
+            "{what} in table {table:?} under {key:?} does not decode"
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ledger_core::store::MemStore;
+
+    use super::*;
+    use crate::disk::SimDisk;
+
+    /// The same writes, some committed to disk and some pending, read like one map.
+    #[test]
+    fn scans_merge_pending_writes_with_the_disk() {
+        let disk: DiskRef = Arc::new(SimDisk::new());
+        let mut store = DiskStore::new(disk.clone(), 0);
+        let mut model = MemStore::new();
+        for i in 0u32..2_000 {
+            let key = (i * 3).to_be_bytes().to_vec();
+            store.put(Table::Records, key.clone(), vec![1]);
+            model.put(Table::Records, key, vec![1]);
+        }
+        store.put(Table::Tombstones, vec![0], vec![9]);
+        model.put(Table::Tombstones, vec![0], vec![9]);
+        let mut batch = WriteBatch::new();
+        store.take_writes(&mut batch);
+        disk.write(batch).unwrap();
+        for i in 0u32..2_000 {
+            let key = (i * 5).to_be_bytes().to_vec();
+            if i % 2 == 0 {
+                store.delete(Table::Records, &key);
+                model.delete(Table::Records, &key);
+            } else {
+                store.put(Table::Records, key.clone(), vec![2]);
+                model.put(Table::Records, key, vec![2]);
+            }
+        }
+        let bounds: [(u32, Option<u32>); 4] =
+            [(0, None), (7, Some(4_000)), (5_999, None), (9, Some(9))];
+        for (from, to) in bounds {
+            let (from, to) = (from.to_be_bytes(), to.map(u32::to_be_bytes));
+            for limit in [1, 7, 600, 10_000] {
+                assert_eq!(
+                    store.scan(Table::Records, &from, to.as_ref().map(|t| &t[..]), limit),
+                    model.scan(Table::Records, &from, to.as_ref().map(|t| &t[..]), limit),
+                    "from {from:?} to {to:?} limit {limit}"
+                );
+            }
+        }
+        assert_eq!(
+            store.scan(Table::Tombstones, &[], None, 10),
+            vec![(vec![0], vec![9])]
+        );
+        assert!(store.fault().is_none());
+    }
+}

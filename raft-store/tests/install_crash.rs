@@ -1,0 +1,226 @@
+//! Power cut at every write of a snapshot install and of applies: the node comes back
+//! with one whole state, the one before or the one after, never a mix, and what a cut
+//! install left behind is cleared.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use futures::stream;
+use ledger_raft_store::disk::{Disk, DiskError, DiskRef, DiskView, KeyValue, Keyspace, SimDisk};
+use ledger_raft_store::types::{Entry, Snapshot};
+use ledger_raft_store::{open, LedgerRuntime, LedgerStateMachine, SnapshotData, WriteBatch};
+use openraft::storage::RaftStateMachine;
+use openraft::{AsyncRuntime, RaftSnapshotBuilder};
+
+/// A [`SimDisk`] whose writes fail from the `n`th on once armed, as if the power went.
+struct CutAfter {
+    inner: Arc<SimDisk>,
+    writes_left: AtomicUsize,
+}
+
+impl CutAfter {
+    fn new(inner: Arc<SimDisk>) -> Arc<CutAfter> {
+        Arc::new(CutAfter {
+            inner,
+            writes_left: AtomicUsize::new(usize::MAX),
+        })
+    }
+
+    fn arm(&self, writes: usize) {
+        self.writes_left.store(writes, Ordering::SeqCst);
+    }
+
+    fn cut(&self) -> bool {
+        self.writes_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err()
+    }
+}
+
+fn power_cut() -> DiskError {
+    DiskError::Engine("power cut".into())
+}
+
+impl Disk for CutAfter {
+    fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
+        if self.cut() {
+            return Err(power_cut());
+        }
+        self.inner.write(batch)
+    }
+
+    fn sync(&self) -> Result<(), DiskError> {
+        if self.writes_left.load(Ordering::SeqCst) == 0 {
+            return Err(power_cut());
+        }
+        self.inner.sync()
+    }
+
+    fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+        self.inner.get(space, key)
+    }
+
+    fn range(
+        &self,
+        space: Keyspace,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, DiskError> {
+        self.inner.range(space, from, to, limit)
+    }
+
+    fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError> {
+        self.inner.last(space)
+    }
+
+    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
+        self.inner.view(space)
+    }
+}
+
+async fn apply(state_machine: &mut LedgerStateMachine, entries: Vec<Entry>) -> bool {
+    let items = entries.into_iter().map(|entry| Ok((entry, None)));
+    state_machine.apply(stream::iter(items)).await.is_ok()
+}
+
+/// Enough claims that an install takes several batches.
+fn many_claims(prefix: &str) -> Vec<ledger_core::Command> {
+    (0..600)
+        .map(|i| claim(&format!("{prefix}-c{i}"), &format!("{prefix}-{i}")))
+        .collect()
+}
+
+/// A leader's state at index 3 and its snapshot as received bytes.
+async fn leader_snapshot() -> (Vec<u8>, Snapshot) {
+    let disk: DiskRef = Arc::new(SimDisk::new());
+    let (_, mut state_machine) = open(disk).await.expect("open");
+    let entries = vec![
+        membership_entry(1, 1, &[NODE_ID]),
+        normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
+        normal_entry(1, 3, STAMPED_AT_MS + 5, many_claims("leader")),
+    ];
+    assert!(apply(&mut state_machine, entries).await);
+    let snapshot = state_machine.build_snapshot().await.expect("build");
+    let bytes = state_machine
+        .reader()
+        .read(|l| l.to_snapshot())
+        .expect("read");
+    (bytes, snapshot)
+}
+
+/// The state and applied index of a state machine opened on `disk`, and whether the
+/// generation that is not live is empty.
+async fn reopened(disk: Arc<SimDisk>) -> (Vec<u8>, Option<u64>, bool) {
+    let shared: DiskRef = disk.clone();
+    let (_, state_machine) = open(shared).await.expect("reopen after a cut");
+    let reader = state_machine.reader();
+    let state = reader.read(|l| l.to_snapshot()).expect("read");
+    let generations: Vec<u8> = disk
+        .range(Keyspace::State, &[], None, usize::MAX)
+        .expect("range")
+        .iter()
+        .map(|(k, _)| k[0])
+        .collect();
+    let one_generation = generations.windows(2).all(|w| w[0] == w[1]);
+    (state, reader.last_applied_index(), one_generation)
+}
+
+#[test]
+fn install_cut_at_any_write_leaves_one_whole_state() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let received = snapshot.snapshot.to_bytes().expect("stream");
+        let mut cut_at = 0;
+        loop {
+            let inner = Arc::new(SimDisk::new());
+            let disk = CutAfter::new(inner.clone());
+            let (_, mut state_machine) = open(disk.clone()).await.expect("open");
+            let own = vec![
+                membership_entry(1, 1, &[NODE_ID]),
+                normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
+            ];
+            assert!(apply(&mut state_machine, own).await);
+            let before = state_machine
+                .reader()
+                .read(|l| l.to_snapshot())
+                .expect("read");
+            // What a follower applied before is durable or in its log; here, durable.
+            inner.sync().expect("sync");
+            disk.arm(cut_at);
+            let installed = state_machine
+                .install_snapshot(&snapshot.meta, SnapshotData::from_bytes(received.clone()))
+                .await
+                .is_ok();
+            drop(state_machine);
+            inner.power_fail(cut_at as u64).expect("power failure");
+            let (state, applied, one_generation) = reopened(inner).await;
+            if state == after {
+                assert_eq!(applied, Some(3), "cut at write {cut_at}");
+            } else {
+                assert_eq!(state, before, "cut at write {cut_at}: neither state");
+                assert_eq!(applied, Some(2), "cut at write {cut_at}");
+            }
+            assert!(
+                one_generation,
+                "cut at write {cut_at}: a partial install remains"
+            );
+            if installed && disk.writes_left.load(Ordering::SeqCst) > 0 {
+                assert!(cut_at > 3, "the install took several batches");
+                break;
+            }
+            cut_at += 1;
+        }
+    });
+}
+
+#[test]
+fn applies_cut_at_any_write_resume_at_a_whole_entry() {
+    LedgerRuntime::run(async {
+        let entries = vec![
+            membership_entry(1, 1, &[NODE_ID]),
+            normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
+            normal_entry(1, 3, STAMPED_AT_MS + 1, vec![claim("c-1", "refund-1")]),
+            normal_entry(1, 4, STAMPED_AT_MS + 2, vec![claim("c-2", "refund-2")]),
+            normal_entry(1, 5, STAMPED_AT_MS + 3, many_claims("bulk")),
+        ];
+        // The state after each whole entry, as an uncut run leaves it.
+        let mut states = vec![(Vec::new(), None)];
+        {
+            let disk: DiskRef = Arc::new(SimDisk::new());
+            let (_, mut state_machine) = open(disk).await.expect("open");
+            let reader = state_machine.reader();
+            states[0].0 = reader.read(|l| l.to_snapshot()).expect("read");
+            for entry in &entries {
+                assert!(apply(&mut state_machine, vec![entry.clone()]).await);
+                states.push((
+                    reader.read(|l| l.to_snapshot()).expect("read"),
+                    reader.last_applied_index(),
+                ));
+            }
+        }
+        for cut_at in 0..=entries.len() {
+            for seed in 0..4 {
+                let inner = Arc::new(SimDisk::new());
+                let disk = CutAfter::new(inner.clone());
+                let (_, mut state_machine) = open(disk.clone()).await.expect("open");
+                disk.arm(cut_at);
+                let applied_all = apply(&mut state_machine, entries.clone()).await;
+                assert_eq!(applied_all, cut_at >= entries.len(), "cut at {cut_at}");
+                drop(state_machine);
+                inner.power_fail(seed).expect("power failure");
+                let (state, applied, _) = reopened(inner).await;
+                let whole = states
+                    .iter()
+                    .position(|(s, a)| *s == state && *a == applied);
+                assert!(
+                    whole.is_some_and(|i| i <= cut_at),
+                    "cut at {cut_at}, seed {seed}: resumed at {applied:?}, not a whole entry"
+                );
+            }
+        }
+    });
+}
