@@ -20,7 +20,7 @@ mod rocks;
 mod sim;
 
 #[cfg(not(madsim))]
-pub use rocks::RocksDisk;
+pub use rocks::{RocksDisk, RocksOptions};
 pub use sim::{PowerFailure, SimDisk};
 
 /// A separately ordered key space on a disk.

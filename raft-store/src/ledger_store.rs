@@ -29,8 +29,22 @@ const SCAN_PAGE: usize = 512;
 pub struct DiskStore {
     disk: DiskRef,
     generation: u8,
-    pending: BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>,
+    pending: Writes,
+    /// Committed values of the small tables read by almost every command.
+    cache: Mutex<Writes>,
     fault: Arc<Mutex<Option<String>>>,
+}
+
+/// Values by table and key; `None` for a key that is absent (or deleted).
+type Writes = BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>;
+
+/// Tables whose size is bounded by the number of tenants, not of records, and which
+/// most commands read: kept in memory once read.
+fn cached(table: Table) -> bool {
+    matches!(
+        table,
+        Table::Meta | Table::Tenants | Table::Usage | Table::Counts
+    )
 }
 
 impl std::fmt::Debug for DiskStore {
@@ -62,6 +76,7 @@ impl DiskStore {
             disk,
             generation,
             pending: BTreeMap::new(),
+            cache: Mutex::default(),
             fault: Arc::default(),
         }
     }
@@ -78,8 +93,12 @@ impl DiskStore {
 
     /// Moves the pending writes into `batch`.
     pub(crate) fn take_writes(&mut self, batch: &mut WriteBatch) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for ((table, key), value) in std::mem::take(&mut self.pending) {
             let at = disk_key(self.generation, table, &key);
+            if cached(table) {
+                cache.insert((table, key), value.clone());
+            }
             match value {
                 Some(value) => batch.put(Keyspace::State, at, value),
                 None => batch.delete(Keyspace::State, at),
@@ -130,14 +149,27 @@ impl DiskStore {
 
 impl Store for DiskStore {
     fn get(&self, table: Table, key: &[u8]) -> Option<Vec<u8>> {
-        if let Some(pending) = self.pending.get(&(table, key.to_vec())) {
+        let at = (table, key.to_vec());
+        if let Some(pending) = self.pending.get(&at) {
             return pending.clone();
+        }
+        if cached(table) {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(value) = cache.get(&at) {
+                return value.clone();
+            }
         }
         match self
             .disk
             .get(Keyspace::State, &disk_key(self.generation, table, key))
         {
-            Ok(value) => value,
+            Ok(value) => {
+                if cached(table) {
+                    let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                    cache.insert(at, value.clone());
+                }
+                value
+            }
             Err(e) => {
                 self.latch(format!("reading {table:?} {key:?}: {e}"));
                 None

@@ -9,8 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, DBWithThreadMode, Direction,
-    IteratorMode, Options, ReadOptions, SingleThreaded, SnapshotWithThreadMode,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
+    DBWithThreadMode, Direction, IteratorMode, Options, ReadOptions, SingleThreaded,
+    SnapshotWithThreadMode,
 };
 
 use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, WriteBatch, WriteOp};
@@ -37,15 +38,52 @@ fn engine(error: rocksdb::Error) -> DiskError {
     DiskError::Engine(Box::new(error))
 }
 
+/// The memory RocksDB may use, whatever the amount of data: the ledger's records are
+/// read through the block cache, never all held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RocksOptions {
+    /// One LRU cache shared by every column family for data, index and filter blocks.
+    pub block_cache_bytes: usize,
+    /// All memtables of all column families together.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        RocksOptions {
+            block_cache_bytes: 128 << 20,
+            write_buffer_bytes: 64 << 20,
+        }
+    }
+}
+
 impl RocksDisk {
-    /// Opens the database at `path`, creating it and its column families if missing.
+    /// Opens the database at `path` with the default memory budget, creating it and its
+    /// column families if missing.
     pub fn open(path: impl AsRef<Path>) -> Result<RocksDisk, DiskError> {
+        Self::open_with(path, RocksOptions::default())
+    }
+
+    /// Opens the database at `path` within `budget`.
+    pub fn open_with(path: impl AsRef<Path>, budget: RocksOptions) -> Result<RocksDisk, DiskError> {
         let mut db_options = Options::default();
         db_options.create_if_missing(true);
         db_options.create_missing_column_families(true);
+        db_options.set_db_write_buffer_size(budget.write_buffer_bytes);
+        db_options.set_max_background_jobs(2);
+        let cache = Cache::new_lru_cache(budget.block_cache_bytes);
         let families = Keyspace::ALL.map(|space| {
+            let mut table = BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            // Index and filter blocks count against the cache too, so memory stays
+            // within the budget however many files there are.
+            table.set_cache_index_and_filter_blocks(true);
+            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            // Most reads are point lookups of records that may not exist.
+            table.set_bloom_filter(10.0, false);
             let mut options = Options::default();
             options.set_compression_type(DBCompressionType::Lz4);
+            options.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(space.name(), options)
         });
         let db = Db::open_cf_descriptors(&db_options, path, families).map_err(engine)?;
