@@ -11,7 +11,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
 use ledger_proto::pb;
-use ledger_raft_store::{SnapshotData, TypeConfig};
+use ledger_raft_store::{blocking, SnapshotData, SnapshotSpool, TypeConfig};
 
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::LedgerNode;
@@ -128,16 +128,25 @@ impl pb::raft_server::Raft for RaftService {
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let (vote, meta): (VoteOf<C>, SnapshotMetaOf<C>) = wire::decode(&first.header)
             .map_err(|e| Status::invalid_argument(format!("undecodable snapshot header: {e}")))?;
-        let mut data = first.data;
+        // Spooled to the disk piece by piece: a snapshot is never one buffer here.
+        let spool = self
+            .node
+            .reader
+            .receive_snapshot()
+            .map_err(|e| Status::unavailable(format!("cannot receive a snapshot: {e}")))?;
+        let mut received_bytes = 0;
+        let mut spool = keep(spool, first.data).await?;
         while let Some(chunk) = chunks.next().await {
-            data.extend_from_slice(&chunk?.data);
-            if data.len() > SNAPSHOT_BYTES_MAX {
+            let data = chunk?.data;
+            received_bytes += data.len();
+            if received_bytes > SNAPSHOT_BYTES_MAX {
                 return Err(Status::resource_exhausted("snapshot larger than the limit"));
             }
+            spool = keep(spool, data).await?;
         }
         let snapshot = SnapshotOf::<C, SnapshotData> {
             meta,
-            snapshot: SnapshotData::from_bytes(data),
+            snapshot: spool.finish(),
         };
         reply(&flatten(
             self.node.raft.install_full_snapshot(vote, snapshot).await,
@@ -152,4 +161,14 @@ impl pb::raft_server::Raft for RaftService {
         let forwarded: ForwardRequest = decode(request)?;
         reply(&self.node.serve_forwarded(forwarded).await)
     }
+}
+
+/// Writes one received piece of a snapshot to its spool.
+async fn keep(mut spool: SnapshotSpool, piece: Vec<u8>) -> Result<SnapshotSpool, Status> {
+    if piece.is_empty() {
+        return Ok(spool);
+    }
+    blocking(move || spool.push(piece).map(|()| spool))
+        .await
+        .map_err(|e| Status::unavailable(format!("cannot keep a snapshot piece: {e}")))
 }

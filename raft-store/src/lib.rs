@@ -46,7 +46,7 @@ pub use error::StoreError;
 pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;
 pub use runtime::{blocking, LedgerRuntime};
-pub use snapshot::SnapshotData;
+pub use snapshot::{SnapshotData, SnapshotSpool};
 pub use state_machine::{LedgerReader, LedgerStateMachine, StoredLedger};
 pub use types::{LedgerRequest, LedgerResponse, Raft, TypeConfig};
 

@@ -13,6 +13,10 @@
 //! is `LRS1 | meta length (u32 BE) | meta | ledger snapshot stream` (see
 //! [`ledger_core::snapshot`]).
 //!
+//! A follower spools a received stream to the disk piece by piece ([`SnapshotSpool`],
+//! under its own key prefix after the generations) and installs from there, so neither
+//! side ever holds a whole snapshot in memory.
+//!
 //! Installing writes the received stream into the other generation (cleared first) in
 //! batches, checking every entry through [`Restore`], then in one synced batch records
 //! its applied log id and makes it the live generation; only then is the old generation
@@ -104,13 +108,85 @@ pub(crate) fn put_applied(
     Ok(())
 }
 
-/// Deletes every generation but `live` (what a crashed install left).
+/// Deletes every generation but `live` (what a crashed install left), and every
+/// snapshot spool (what a crashed reception left).
 pub(crate) fn clear_other_generations(disk: &DiskRef, live: u8) -> Result<(), StoreError> {
     let (from, to) = generation_range(1 - live);
     let mut batch = WriteBatch::new();
     batch.delete_range(Keyspace::State, from, to);
+    batch.delete_range(Keyspace::State, [SPOOL], [SPOOL + 1]);
     disk.write(batch)?;
     Ok(())
+}
+
+/// First key byte of received snapshot streams, after the two generations.
+const SPOOL: u8 = 2;
+
+fn spool_key(id: u64, seq: u64) -> Vec<u8> {
+    let mut key = vec![SPOOL];
+    key.extend_from_slice(&id.to_be_bytes());
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Deletes spool `id` when the last handle on it goes.
+struct SpoolGuard {
+    disk: DiskRef,
+    id: u64,
+}
+
+impl Drop for SpoolGuard {
+    fn drop(&mut self) {
+        let mut batch = WriteBatch::new();
+        batch.delete_range(
+            Keyspace::State,
+            spool_key(self.id, 0),
+            spool_key(self.id, u64::MAX),
+        );
+        // A spool left behind is cleared at the next open.
+        if let Err(e) = self.disk.write(batch) {
+            tracing::warn!("snapshot spool {} not deleted: {e}", self.id);
+        }
+    }
+}
+
+/// A snapshot stream being received, written to the disk chunk by chunk as it arrives so
+/// that a large snapshot is never held in memory ([`SnapshotSpool::finish`] makes it
+/// snapshot data).
+pub struct SnapshotSpool {
+    guard: Arc<SpoolGuard>,
+    chunks: u64,
+}
+
+impl SnapshotSpool {
+    pub(crate) fn new(disk: DiskRef, id: u64) -> SnapshotSpool {
+        SnapshotSpool {
+            guard: Arc::new(SpoolGuard { disk, id }),
+            chunks: 0,
+        }
+    }
+
+    /// Keeps the next piece of the stream (blocking). Not synced: a spool does not
+    /// outlive the process.
+    pub fn push(&mut self, piece: Vec<u8>) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::new();
+        batch.put(
+            Keyspace::State,
+            spool_key(self.guard.id, self.chunks),
+            piece,
+        );
+        self.guard.disk.write(batch)?;
+        self.chunks += 1;
+        Ok(())
+    }
+
+    /// The received stream as snapshot data.
+    pub fn finish(self) -> SnapshotData {
+        SnapshotData(Source::Spooled {
+            guard: self.guard,
+            chunks: self.chunks,
+        })
+    }
 }
 
 /// Snapshot data: a view of this node's state, or a stream received from the leader.
@@ -126,6 +202,10 @@ enum Source {
         meta: SnapshotMeta,
     },
     Bytes(Arc<Vec<u8>>),
+    Spooled {
+        guard: Arc<SpoolGuard>,
+        chunks: u64,
+    },
 }
 
 impl std::fmt::Debug for SnapshotData {
@@ -133,6 +213,7 @@ impl std::fmt::Debug for SnapshotData {
         match &self.0 {
             Source::View { meta, .. } => write!(f, "SnapshotData::View({meta})"),
             Source::Bytes(b) => write!(f, "SnapshotData::Bytes({} bytes)", b.len()),
+            Source::Spooled { chunks, .. } => write!(f, "SnapshotData::Spooled({chunks} chunks)"),
         }
     }
 }
@@ -158,6 +239,11 @@ impl SnapshotData {
             Source::Bytes(bytes) => Chunking::Bytes {
                 bytes: bytes.clone(),
                 at: 0,
+            },
+            Source::Spooled { guard, chunks } => Chunking::Spooled {
+                guard: guard.clone(),
+                next: 0,
+                chunks: *chunks,
             },
             Source::View {
                 view,
@@ -200,6 +286,11 @@ enum Chunking {
         bytes: Arc<Vec<u8>>,
         at: usize,
     },
+    Spooled {
+        guard: Arc<SpoolGuard>,
+        next: u64,
+        chunks: u64,
+    },
     View {
         view: Arc<dyn DiskView>,
         generation: u8,
@@ -213,8 +304,8 @@ enum Chunking {
 }
 
 impl SnapshotChunks {
-    /// The next piece of about `max_bytes` (a frame is never split across views' pages
-    /// but may make a piece longer), `None` at the end (blocking).
+    /// The next piece of about `max_bytes` (a view's page is never split, and a spooled
+    /// stream comes in the pieces it was received in), `None` at the end (blocking).
     pub fn next_chunk(&mut self, max_bytes: usize) -> Result<Option<Vec<u8>>, StoreError> {
         match &mut self.0 {
             Chunking::Bytes { bytes, at } => {
@@ -222,6 +313,24 @@ impl SnapshotChunks {
                 let chunk = bytes[*at..end].to_vec();
                 *at = end;
                 Ok((!chunk.is_empty()).then_some(chunk))
+            }
+            // Pieces as they were received, whatever their size.
+            Chunking::Spooled {
+                guard,
+                next,
+                chunks,
+            } => {
+                if *next == *chunks {
+                    return Ok(None);
+                }
+                let piece = guard
+                    .disk
+                    .get(Keyspace::State, &spool_key(guard.id, *next))?
+                    .ok_or_else(|| {
+                        StoreError::Inconsistent(format!("snapshot spool lost piece {next}"))
+                    })?;
+                *next += 1;
+                Ok(Some(piece))
             }
             Chunking::View {
                 view,
@@ -298,7 +407,11 @@ pub(crate) fn install(
     data: &SnapshotData,
 ) -> Result<u8, StoreError> {
     let target = 1 - live;
-    clear_other_generations(disk, live)?;
+    // Only the generation: the stream itself may be in a spool.
+    let (from, to) = generation_range(target);
+    let mut batch = WriteBatch::new();
+    batch.delete_range(Keyspace::State, from, to);
+    disk.write(batch)?;
     let mut header = StreamHeader {
         buffer: Vec::new(),
         meta: None,

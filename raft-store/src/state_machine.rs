@@ -16,6 +16,7 @@
 //! node can serve reads while the state machine belongs to openraft.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use futures::{Stream, TryStreamExt};
@@ -29,7 +30,7 @@ use crate::error::StoreError;
 use crate::ledger_store::{generation_range, DiskStore};
 use crate::runtime::blocking;
 use crate::snapshot::{
-    clear_other_generations, install, put_applied, read_applied, read_generation,
+    clear_other_generations, install, put_applied, read_applied, read_generation, SnapshotSpool,
 };
 use crate::types::{
     Entry, LedgerResponse, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
@@ -109,6 +110,8 @@ impl Applied {
 pub struct LedgerStateMachine {
     applied: Arc<RwLock<Applied>>,
     disk: DiskRef,
+    /// Ids of snapshot spools handed out by readers.
+    spools: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for LedgerStateMachine {
@@ -117,10 +120,12 @@ impl std::fmt::Debug for LedgerStateMachine {
     }
 }
 
-/// A read-only handle on the applied ledger, for serving queries. Cheap to clone.
+/// A read-only handle on the applied ledger, for serving queries, which also receives
+/// snapshot streams into spools beside the state. Cheap to clone.
 #[derive(Clone)]
 pub struct LedgerReader {
     applied: Arc<RwLock<Applied>>,
+    spools: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for LedgerReader {
@@ -169,6 +174,15 @@ impl LedgerReader {
     pub fn last_applied_index(&self) -> Option<u64> {
         self.last_applied().map(|log_id| log_id.index())
     }
+
+    /// A spool to receive a snapshot stream into, on this node's disk.
+    pub fn receive_snapshot(&self) -> Result<SnapshotSpool, StoreError> {
+        let disk = self.lock()?.ledger.store().disk().clone();
+        Ok(SnapshotSpool::new(
+            disk,
+            self.spools.fetch_add(1, Ordering::Relaxed),
+        ))
+    }
 }
 
 impl LedgerStateMachine {
@@ -191,6 +205,7 @@ impl LedgerStateMachine {
         Ok(LedgerStateMachine {
             applied: Arc::new(RwLock::new(applied)),
             disk,
+            spools: Arc::default(),
         })
     }
 
@@ -198,6 +213,7 @@ impl LedgerStateMachine {
     pub fn reader(&self) -> LedgerReader {
         LedgerReader {
             applied: self.applied.clone(),
+            spools: self.spools.clone(),
         }
     }
 

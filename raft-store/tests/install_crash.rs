@@ -224,3 +224,33 @@ fn applies_cut_at_any_write_resume_at_a_whole_entry() {
         }
     });
 }
+
+#[test]
+fn a_spooled_snapshot_installs_and_its_spool_is_deleted() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let disk = Arc::new(SimDisk::new());
+        let shared: DiskRef = disk.clone();
+        let (_, mut state_machine) = open(shared).await.expect("open");
+        let mut spool = state_machine.reader().receive_snapshot().expect("spool");
+        let mut chunks = snapshot.snapshot.chunks().expect("chunks");
+        let mut pieces = 0;
+        while let Some(piece) = chunks.next_chunk(4096).expect("chunk") {
+            spool.push(piece).expect("push");
+            pieces += 1;
+        }
+        assert!(pieces >= 2, "received in several pieces");
+        let received = spool.finish();
+        state_machine
+            .install_snapshot(&snapshot.meta, received)
+            .await
+            .expect("install");
+        let reader = state_machine.reader();
+        assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+        assert_eq!(reader.last_applied_index(), Some(3));
+        let spooled = disk
+            .range(Keyspace::State, &[2], Some(&[3]), usize::MAX)
+            .expect("range");
+        assert!(spooled.is_empty(), "the spool is deleted once installed");
+    });
+}
