@@ -4,192 +4,181 @@
 //! touches neither Raft nor the disk, and that any API key may make), so the table shows
 //! what replication costs.
 //!
-//! ```text
-//! ledger-load --endpoints h:p,h:p,h:p --api-key KEY [--clients 16] [--seconds 10]
-//!             [--tool pay/refund] [--namespace load]
-//! ```
+//! With `--preload N` it first fills the ledger with N retained effects (claimed and
+//! reported committed by many concurrent clients, as fast as the cluster takes them), so
+//! the measurement runs against a ledger of that size. `--output json` prints one JSON
+//! object instead of the table, for scripts (`deploy/bench.sh`) that build their own.
+//!
+//! Failed calls are counted in two kinds: back-pressure (the node answered
+//! `RESOURCE_EXHAUSTED`: too many commands waiting) and every other failure.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ledger_client::{LedgerClient, RetryPolicy};
+use clap::{Parser, ValueEnum};
+use ledger_client::{ClientError, LedgerClient, RetryPolicy};
 use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Report, ToolRef};
-use tokio::sync::Mutex;
+use serde_json::{json, Value};
 
+/// Load generator for a running effect ledger cluster.
+#[derive(Parser, Debug)]
+#[command(name = "ledger-load", version, about, long_about = None)]
 struct Options {
+    /// Node endpoints, comma-separated (`host:port,host:port`).
+    #[arg(long, env = "LEDGER_ENDPOINTS", value_delimiter = ',', required = true)]
     endpoints: Vec<String>,
+    /// A tenant API key of `--tenant`.
+    #[arg(long, env = "LEDGER_API_KEY")]
     api_key: String,
-    clients: usize,
+    /// Concurrent clients during the measurement.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    clients: u32,
+    /// Length of the measurement, in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
+    /// The tool every effect calls, `provider/name` (version v1).
+    #[arg(long, default_value = "pay/refund", value_parser = parse_tool)]
     tool: ToolRef,
+    /// Tenant of every effect key (the API key's tenant).
+    #[arg(long, default_value = "acme")]
     tenant: String,
+    /// Namespace of every effect key.
+    #[arg(long, default_value = "load")]
     namespace: String,
+    /// Before measuring, fill the ledger with this many retained effects.
+    #[arg(long, default_value_t = 0)]
+    preload: u64,
+    /// Concurrent clients while preloading.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    preload_clients: u32,
+    /// Skip the reference row (leader RPC), which otherwise runs for half of `--seconds`.
+    #[arg(long)]
+    no_reference: bool,
+    /// Attempts per call, the first included; with 1 every back-pressure answer is counted
+    /// instead of being retried by the client library.
+    #[arg(long, default_value_t = RetryPolicy::default().attempts,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    attempts: u32,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
 }
 
-fn parse() -> Result<Options, String> {
-    let mut o = Options {
-        endpoints: Vec::new(),
-        api_key: String::new(),
-        clients: 16,
-        seconds: 10,
-        tool: ToolRef {
-            provider: "pay".into(),
-            name: "refund".into(),
-            contract_version: "v1".into(),
-        },
-        tenant: "acme".into(),
-        namespace: "load".into(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("{flag} {value}: not a number"))
-        };
-        match flag.as_str() {
-            "--endpoints" => o.endpoints = value.split(',').map(str::to_owned).collect(),
-            "--api-key" => o.api_key = value.clone(),
-            "--clients" => o.clients = number()? as usize,
-            "--seconds" => o.seconds = number()?,
-            "--tenant" => o.tenant = value.clone(),
-            "--namespace" => o.namespace = value.clone(),
-            "--tool" => {
-                let (p, n) = value.split_once('/').ok_or("--tool is provider/name")?;
-                o.tool.provider = p.into();
-                o.tool.name = n.into();
-            }
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
-    if o.endpoints.is_empty() || o.api_key.is_empty() {
-        return Err("--endpoints and --api-key are required".into());
-    }
-    Ok(o)
+/// How the results are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// A human-readable table.
+    Table,
+    /// One JSON object on one line.
+    Json,
 }
 
-/// Latencies in microseconds and failures, per operation.
+fn parse_tool(value: &str) -> Result<ToolRef, String> {
+    let (provider, name) = value
+        .split_once('/')
+        .filter(|(p, n)| !p.is_empty() && !n.is_empty())
+        .ok_or_else(|| format!("{value}: expected provider/name"))?;
+    Ok(ToolRef {
+        provider: provider.into(),
+        name: name.into(),
+        contract_version: "v1".into(),
+    })
+}
+
+/// Latencies in microseconds and failed calls, per operation; one per client task,
+/// merged at the end so that no lock sits on the measured path.
 #[derive(Default)]
 struct Samples {
     effect: Vec<u64>,
     claim: Vec<u64>,
     report: Vec<u64>,
     status: Vec<u64>,
-    errors: u64,
+    back_pressure: u64,
+    failures: u64,
+}
+
+impl Samples {
+    fn merge(&mut self, other: Samples) {
+        self.effect.extend(other.effect);
+        self.claim.extend(other.claim);
+        self.report.extend(other.report);
+        self.status.extend(other.status);
+        self.back_pressure += other.back_pressure;
+        self.failures += other.failures;
+    }
+
+    /// Counts a failed call in its kind.
+    fn fail(&mut self, failure: Failure) {
+        match failure {
+            Failure::BackPressure => self.back_pressure += 1,
+            Failure::Other => self.failures += 1,
+        }
+    }
+}
+
+/// Why one claim+report pair did not finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    /// The node answered `RESOURCE_EXHAUSTED`.
+    BackPressure,
+    /// Anything else: unavailable, timed out, refused, or a claim that did not proceed.
+    Other,
+}
+
+/// Back-pressure is `RESOURCE_EXHAUSTED`, seen directly, or as the last answer after the
+/// client library's retries ran out (which keeps only the node's message, whose
+/// `overloaded` prefix the node gives exactly that status).
+fn classify(error: &ClientError) -> Failure {
+    match error {
+        ClientError::Status {
+            code: tonic::Code::ResourceExhausted,
+            ..
+        } => Failure::BackPressure,
+        ClientError::Unavailable { last, .. } if last.starts_with("overloaded") => {
+            Failure::BackPressure
+        }
+        _ => Failure::Other,
+    }
 }
 
 fn main() -> std::process::ExitCode {
-    let options = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("ledger-load: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let options = Options::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .expect("runtime starts");
-    runtime.block_on(run(options));
-    std::process::ExitCode::SUCCESS
-}
-
-async fn run(o: Options) {
-    let retry = RetryPolicy::default();
-    let client = LedgerClient::with_retry(o.endpoints.clone(), &o.api_key, retry).expect("client");
-    client.find_leader().await;
-    let samples = Arc::new(Mutex::new(Samples::default()));
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let o = Arc::new(o);
-
-    let deadline = Instant::now() + Duration::from_secs(o.seconds);
-    let tasks: Vec<_> = (0..o.clients)
-        .map(|c| {
-            let (client, samples, o) = (client.clone(), samples.clone(), o.clone());
-            tokio::spawn(async move { effects(client, c, run_id, deadline, o, samples).await })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-    let effects_elapsed = o.seconds as f64;
-
-    let status_seconds = (o.seconds / 2).max(1);
-    let deadline = Instant::now() + Duration::from_secs(status_seconds);
-    let tasks: Vec<_> = (0..o.clients)
-        .map(|_| {
-            let (client, samples) = (client.clone(), samples.clone());
-            tokio::spawn(async move { statuses(client, deadline, samples).await })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-
-    let mut s = samples.lock().await;
-    println!(
-        "{} clients, {} s of claim+report on {} node(s)\n",
-        o.clients,
-        o.seconds,
-        o.endpoints.len()
-    );
-    println!(
-        "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
-        "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
-    );
-    let effects_per_s = s.effect.len() as f64 / effects_elapsed;
-    row("effect (claim + report)", &mut s.effect, effects_per_s);
-    let claims_per_s = s.claim.len() as f64 / effects_elapsed;
-    row("  claim (replicated)", &mut s.claim, claims_per_s);
-    let reports_per_s = s.report.len() as f64 / effects_elapsed;
-    row("  report (replicated)", &mut s.report, reports_per_s);
-    let status_per_s = s.status.len() as f64 / status_seconds as f64;
-    row(
-        "reference: leader RPC (no Raft)",
-        &mut s.status,
-        status_per_s,
-    );
-    println!("\nerrors: {}", s.errors);
-}
-
-fn row(name: &str, samples: &mut [u64], per_s: f64) {
-    samples.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if samples.is_empty() {
-            return 0.0;
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ledger-load: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
         }
-        let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-        samples[i] as f64 / 1000.0
     };
-    println!(
-        "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
-        name,
-        samples.len(),
-        per_s,
-        pct(0.50),
-        pct(0.99),
-        pct(0.999)
-    );
+    match runtime.block_on(run(options)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ledger-load: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
-async fn effects(
-    client: LedgerClient,
-    c: usize,
+/// One effect's identity: which run, which client, which of its effects.
+struct Effect<'a> {
+    options: &'a Options,
     run_id: u128,
-    deadline: Instant,
-    o: Arc<Options>,
-    samples: Arc<Mutex<Samples>>,
-) {
-    let mut i = 0u64;
-    while Instant::now() < deadline {
-        i += 1;
-        let key = format!("{run_id}-{c}-{i}");
+    phase: &'static str,
+    client: u64,
+    seq: u64,
+}
+
+impl Effect<'_> {
+    fn declaration(&self) -> (String, Declaration) {
+        let (o, c, i) = (self.options, self.client, self.seq);
+        let key = format!("{}-{}-{c}-{i}", self.phase, self.run_id);
         let declaration = Declaration {
             key: EffectKey::new(&o.tenant, &o.namespace, &key),
-            workflow_id: format!("load-{run_id}-{c}"),
+            workflow_id: format!("load-{}-{}-{c}", self.phase, self.run_id),
             tool: o.tool.clone(),
             authority: Authority {
                 principal: "load".into(),
@@ -198,54 +187,417 @@ async fn effects(
             target: format!("load/{key}"),
             intent_json: format!(r#"{{"amount":{i},"client":{c}}}"#),
         };
-        let started = Instant::now();
-        let claim = client
-            .claim(
-                &format!("{key}/claim"),
-                declaration.clone(),
-                "ledger-load",
-                None,
-                None,
-            )
-            .await;
-        let claimed = Instant::now();
-        let Ok(ClaimOutcome::Proceed(grant)) = claim else {
-            samples.lock().await.errors += 1;
-            continue;
-        };
-        let report = Report::Committed {
-            receipt: format!("r-{key}"),
-        };
-        let reported = client
-            .report(
-                &format!("{key}/report"),
-                declaration.key,
-                grant.fencing_token,
-                report,
-            )
-            .await;
-        let done = Instant::now();
-        let mut s = samples.lock().await;
-        if reported.is_err() {
-            s.errors += 1;
-            continue;
-        }
-        s.claim.push((claimed - started).as_micros() as u64);
-        s.report.push((done - claimed).as_micros() as u64);
-        s.effect.push((done - started).as_micros() as u64);
+        (key, declaration)
     }
 }
 
-async fn statuses(client: LedgerClient, deadline: Instant, samples: Arc<Mutex<Samples>>) {
+/// Claims and reports one effect; the claim's and the whole pair's latency.
+async fn claim_and_report(
+    client: &LedgerClient,
+    effect: &Effect<'_>,
+) -> Result<(Duration, Duration), Failure> {
+    let (key, declaration) = effect.declaration();
+    let started = Instant::now();
+    let claim = client
+        .claim(
+            &format!("{key}/claim"),
+            declaration.clone(),
+            "ledger-load",
+            None,
+            None,
+        )
+        .await;
+    let claimed = started.elapsed();
+    let grant = match claim {
+        Ok(ClaimOutcome::Proceed(grant)) => grant,
+        Ok(_) => return Err(Failure::Other),
+        Err(e) => return Err(classify(&e)),
+    };
+    let report = Report::Committed {
+        receipt: format!("r-{key}"),
+    };
+    client
+        .report(
+            &format!("{key}/report"),
+            declaration.key,
+            grant.fencing_token,
+            report,
+        )
+        .await
+        .map_err(|e| classify(&e))?;
+    Ok((claimed, started.elapsed()))
+}
+
+async fn run(o: Options) -> Result<(), String> {
+    let retry = RetryPolicy {
+        attempts: o.attempts,
+        ..RetryPolicy::default()
+    };
+    let client = LedgerClient::with_retry(o.endpoints.clone(), &o.api_key, retry)
+        .map_err(|e| e.to_string())?;
+    client.find_leader().await;
+    let run_id = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let o = Arc::new(o);
+
+    let preload = if o.preload > 0 {
+        Some(preload(&client, &o, run_id).await)
+    } else {
+        None
+    };
+
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(o.seconds);
+    let tasks: Vec<_> = (0..u64::from(o.clients))
+        .map(|c| {
+            let (client, o) = (client.clone(), o.clone());
+            tokio::spawn(async move { effects(client, c, run_id, deadline, o).await })
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
+    }
+    let effects_s = started.elapsed().as_secs_f64();
+
+    let mut reference_s = 0.0;
+    if !o.no_reference {
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs((o.seconds / 2).max(1));
+        let tasks: Vec<_> = (0..o.clients)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { statuses(client, deadline).await })
+            })
+            .collect();
+        for t in tasks {
+            samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
+        }
+        reference_s = started.elapsed().as_secs_f64();
+    }
+
+    let report = Summary {
+        options: &o,
+        preload,
+        effects_s,
+        reference_s,
+    };
+    match o.output {
+        Output::Table => report.print_table(&mut samples),
+        Output::Json => println!("{}", report.json(&mut samples)),
+    }
+    if samples.effect.is_empty() {
+        return Err("no effect completed".into());
+    }
+    Ok(())
+}
+
+/// What the preload phase did.
+struct Preloaded {
+    records: u64,
+    seconds: f64,
+    back_pressure: u64,
+    failures: u64,
+}
+
+/// Claims and reports `--preload` effects with `--preload-clients` concurrent clients;
+/// a failed pair is counted and its slot taken again, so exactly N effects end committed
+/// (unless the failures outnumber them tenfold, when the phase gives up).
+async fn preload(client: &LedgerClient, o: &Arc<Options>, run_id: u128) -> Preloaded {
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..u64::from(o.preload_clients))
+        .map(|c| {
+            let (client, o, next, done) = (client.clone(), o.clone(), next.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                loop {
+                    let seq = next.fetch_add(1, Ordering::Relaxed);
+                    let gave_up = s.back_pressure + s.failures > 10 * o.preload;
+                    if done.load(Ordering::Relaxed) >= o.preload || gave_up {
+                        return s;
+                    }
+                    let effect = Effect {
+                        options: &o,
+                        run_id,
+                        phase: "pre",
+                        client: c,
+                        seq,
+                    };
+                    match claim_and_report(&client, &effect).await {
+                        Ok(_) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(f) => s.fail(f),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut s = Samples::default();
+    for t in tasks {
+        if let Ok(task) = t.await {
+            s.merge(task);
+        }
+    }
+    Preloaded {
+        records: done.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+        back_pressure: s.back_pressure,
+        failures: s.failures,
+    }
+}
+
+async fn effects(
+    client: LedgerClient,
+    c: u64,
+    run_id: u128,
+    deadline: Instant,
+    o: Arc<Options>,
+) -> Samples {
+    let mut s = Samples::default();
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        seq += 1;
+        let effect = Effect {
+            options: &o,
+            run_id,
+            phase: "run",
+            client: c,
+            seq,
+        };
+        match claim_and_report(&client, &effect).await {
+            Ok((claim, total)) => {
+                s.claim.push(claim.as_micros() as u64);
+                s.report.push((total - claim).as_micros() as u64);
+                s.effect.push(total.as_micros() as u64);
+            }
+            Err(f) => s.fail(f),
+        }
+    }
+    s
+}
+
+async fn statuses(client: LedgerClient, deadline: Instant) -> Samples {
+    let mut s = Samples::default();
     while Instant::now() < deadline {
         let started = Instant::now();
-        let ok = client.transport().leader_of(0, 1_000).await.is_ok();
-        let elapsed = started.elapsed().as_micros() as u64;
-        let mut s = samples.lock().await;
-        if ok {
-            s.status.push(elapsed);
-        } else {
-            s.errors += 1;
+        match client.transport().leader_of(0, 1_000).await {
+            Ok(_) => s.status.push(started.elapsed().as_micros() as u64),
+            Err(e) => s.fail(classify(&e)),
         }
+    }
+    s
+}
+
+/// Count, rate and nearest-rank percentiles (ms) of one operation's latencies.
+struct Row {
+    count: usize,
+    per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+}
+
+impl Row {
+    fn of(samples: &mut [u64], seconds: f64) -> Row {
+        samples.sort_unstable();
+        let pct = |p: f64| -> f64 {
+            if samples.is_empty() {
+                return 0.0;
+            }
+            let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+            samples[i] as f64 / 1000.0
+        };
+        Row {
+            count: samples.len(),
+            per_s: if seconds > 0.0 {
+                samples.len() as f64 / seconds
+            } else {
+                0.0
+            },
+            p50_ms: pct(0.50),
+            p99_ms: pct(0.99),
+            p999_ms: pct(0.999),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "count": self.count,
+            "per_s": round2(self.per_s),
+            "p50_ms": round2(self.p50_ms),
+            "p99_ms": round2(self.p99_ms),
+            "p999_ms": round2(self.p999_ms),
+        })
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Everything one run prints.
+struct Summary<'a> {
+    options: &'a Options,
+    preload: Option<Preloaded>,
+    effects_s: f64,
+    reference_s: f64,
+}
+
+impl Summary<'_> {
+    fn rows(&self, s: &mut Samples) -> [(&'static str, Row); 4] {
+        [
+            (
+                "effect (claim + report)",
+                Row::of(&mut s.effect, self.effects_s),
+            ),
+            (
+                "  claim (replicated)",
+                Row::of(&mut s.claim, self.effects_s),
+            ),
+            (
+                "  report (replicated)",
+                Row::of(&mut s.report, self.effects_s),
+            ),
+            (
+                "reference: leader RPC (no Raft)",
+                Row::of(&mut s.status, self.reference_s),
+            ),
+        ]
+    }
+
+    fn print_table(&self, s: &mut Samples) {
+        let o = self.options;
+        if let Some(p) = &self.preload {
+            println!(
+                "preloaded {} effects in {:.1} s ({:.0}/s; back-pressure {}, failures {})",
+                p.records,
+                p.seconds,
+                p.records as f64 / p.seconds.max(f64::MIN_POSITIVE),
+                p.back_pressure,
+                p.failures
+            );
+        }
+        println!(
+            "{} clients, {:.1} s of claim+report on {} node(s)\n",
+            o.clients,
+            self.effects_s,
+            o.endpoints.len()
+        );
+        println!(
+            "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
+            "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
+        );
+        for (name, r) in self.rows(s) {
+            if name.starts_with("reference") && o.no_reference {
+                continue;
+            }
+            println!(
+                "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
+                name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
+            );
+        }
+        println!(
+            "\nback-pressure (RESOURCE_EXHAUSTED): {}\nfailures: {}",
+            s.back_pressure, s.failures
+        );
+    }
+
+    fn json(&self, s: &mut Samples) -> Value {
+        let o = self.options;
+        let [effect, claim, report, reference] = self.rows(s);
+        json!({
+            "clients": o.clients,
+            "seconds": round2(self.effects_s),
+            "nodes": o.endpoints.len(),
+            "preload": self.preload.as_ref().map(|p| json!({
+                "records": p.records,
+                "seconds": round2(p.seconds),
+                "back_pressure": p.back_pressure,
+                "failures": p.failures,
+            })),
+            "effect": effect.1.json(),
+            "claim": claim.1.json(),
+            "report": report.1.json(),
+            "reference": (!o.no_reference).then(|| reference.1.json()),
+            "back_pressure": s.back_pressure,
+            "failures": s.failures,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_without_a_slash_is_refused() {
+        assert!(parse_tool("refund").is_err());
+        assert!(parse_tool("/refund").is_err());
+        let tool = parse_tool("pay/refund").unwrap();
+        assert_eq!(
+            (tool.provider.as_str(), tool.name.as_str()),
+            ("pay", "refund")
+        );
+    }
+
+    #[test]
+    fn overloaded_answers_count_as_back_pressure() {
+        let direct = ClientError::Status {
+            code: tonic::Code::ResourceExhausted,
+            message: "overloaded: 4096 commands waiting".into(),
+        };
+        let after_retries = ClientError::Unavailable {
+            attempts: 10,
+            last: "overloaded: 4096 commands waiting".into(),
+        };
+        let down = ClientError::Unavailable {
+            attempts: 10,
+            last: "no leader available: election".into(),
+        };
+        assert_eq!(classify(&direct), Failure::BackPressure);
+        assert_eq!(classify(&after_retries), Failure::BackPressure);
+        assert_eq!(classify(&down), Failure::Other);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut samples: Vec<u64> = (1..=1000).map(|ms| ms * 1000).collect();
+        let row = Row::of(&mut samples, 2.0);
+        assert_eq!(row.count, 1000);
+        assert_eq!(row.per_s, 500.0);
+        assert_eq!((row.p50_ms, row.p99_ms, row.p999_ms), (500.0, 990.0, 999.0));
+    }
+
+    #[test]
+    fn flags_parse_with_defaults_and_refuse_zero_clients() {
+        let o = Options::try_parse_from([
+            "ledger-load",
+            "--endpoints",
+            "a:1,b:2",
+            "--api-key",
+            "k",
+            "--preload",
+            "100000",
+            "--output",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(o.endpoints, ["a:1", "b:2"]);
+        assert_eq!((o.clients, o.seconds, o.preload), (16, 10, 100_000));
+        assert_eq!(o.output, Output::Json);
+        let zero = Options::try_parse_from([
+            "ledger-load",
+            "--endpoints",
+            "a:1",
+            "--api-key",
+            "k",
+            "--clients",
+            "0",
+        ]);
+        assert!(zero.is_err());
     }
 }
