@@ -15,12 +15,22 @@ ledger_endpoints() {
   echo "127.0.0.1:$((LEDGER_BASE_PORT + 1)),127.0.0.1:$((LEDGER_BASE_PORT + 2)),127.0.0.1:$((LEDGER_BASE_PORT + 3))"
 }
 
-# deploy/cluster.sh on the benchmark's data folder ($1) and ports, $BENCH_PROFILE build
-# (BUILD=0 in the environment starts the binaries already built).
+# Builds the node, ledgerctl and ledger-load (the same packages as deploy/cluster.sh, so
+# the same features and no second RocksDB build); BUILD=0 skips it.
+build_ledger() {
+  [ "${BUILD:-1}" = 0 ] && return 0
+  bash deploy/prereqs.sh
+  local flags=(--locked -p ledger-node -p ledger-client --bin ledger-node --bin ledgerctl --bin ledger-load)
+  [ "$BENCH_PROFILE" = release ] && flags+=(--release)
+  cargo build "${flags[@]}"
+}
+
+# deploy/cluster.sh on the benchmark's data folder ($1) and ports, with the binaries
+# build_ledger made.
 ledger_cluster() {
   local data=$1; shift
-  DATA=$data BASE_PORT=$LEDGER_BASE_PORT PROFILE=$BENCH_PROFILE OPERATOR_KEY=$OPERATOR_KEY \
-    TENANT_KEY=$TENANT_KEY bash deploy/cluster.sh "$@"
+  DATA=$data BASE_PORT=$LEDGER_BASE_PORT PROFILE=$BENCH_PROFILE BUILD=0 \
+    OPERATOR_KEY=$OPERATOR_KEY TENANT_KEY=$TENANT_KEY bash deploy/cluster.sh "$@"
 }
 
 # ledger-load against the benchmark cluster, one JSON object on stdout.

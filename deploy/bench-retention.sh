@@ -20,7 +20,8 @@
 #
 # Results in $BENCH_DIR/retention.md. Environment: RECORDS (default
 # "100000 1000000 10000000"), CLIENTS (default 64), SECONDS_PER_ROW (default 30),
-# BENCH_DIR (default .data/bench), LEDGER_BASE_PORT (7400).
+# BENCH_DIR (default .data/bench), LEDGER_BASE_PORT (7400), BENCH_PROFILE (release),
+# BUILD (1; 0 uses the binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-lib.sh
@@ -159,6 +160,7 @@ measure() {
 }
 
 mkdir -p "$BENCH_DIR"
+build_ledger
 ROWS=()
 for n in $RECORDS; do measure "$n"; done
 {

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 /// Load generator for a running effect ledger cluster.
 #[derive(Parser, Debug)]
-#[command(name = "ledger-load", version, about, long_about = None)]
+#[command(name = "ledger-load", version)]
 struct Options {
     /// Node endpoints, comma-separated (`host:port,host:port`).
     #[arg(long, env = "LEDGER_ENDPOINTS", value_delimiter = ',', required = true)]
