@@ -16,10 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod report;
+
 use clap::{Parser, ValueEnum};
 use ledger_client::{ClientError, LedgerClient, RetryPolicy};
 use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Report, ToolRef};
-use serde_json::{json, Value};
+use report::{Failure, Preloaded, Samples, Summary};
 
 /// Load generator for a running effect ledger cluster.
 #[derive(Parser, Debug)]
@@ -84,46 +86,6 @@ fn parse_tool(value: &str) -> Result<ToolRef, String> {
         name: name.into(),
         contract_version: "v1".into(),
     })
-}
-
-/// Latencies in microseconds and failed calls, per operation; one per client task,
-/// merged at the end so that no lock sits on the measured path.
-#[derive(Default)]
-struct Samples {
-    effect: Vec<u64>,
-    claim: Vec<u64>,
-    report: Vec<u64>,
-    status: Vec<u64>,
-    back_pressure: u64,
-    failures: u64,
-}
-
-impl Samples {
-    fn merge(&mut self, other: Samples) {
-        self.effect.extend(other.effect);
-        self.claim.extend(other.claim);
-        self.report.extend(other.report);
-        self.status.extend(other.status);
-        self.back_pressure += other.back_pressure;
-        self.failures += other.failures;
-    }
-
-    /// Counts a failed call in its kind.
-    fn fail(&mut self, failure: Failure) {
-        match failure {
-            Failure::BackPressure => self.back_pressure += 1,
-            Failure::Other => self.failures += 1,
-        }
-    }
-}
-
-/// Why one claim+report pair did not finish.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Failure {
-    /// The node answered `RESOURCE_EXHAUSTED`.
-    BackPressure,
-    /// Anything else: unavailable, timed out, refused, or a claim that did not proceed.
-    Other,
 }
 
 /// Back-pressure is `RESOURCE_EXHAUSTED`, seen directly, or as the last answer after the
@@ -278,7 +240,9 @@ async fn run(o: Options) -> Result<(), String> {
     }
 
     let report = Summary {
-        options: &o,
+        clients: o.clients,
+        nodes: o.endpoints.len(),
+        reference: !o.no_reference,
         preload,
         effects_s,
         reference_s,
@@ -291,14 +255,6 @@ async fn run(o: Options) -> Result<(), String> {
         return Err("no effect completed".into());
     }
     Ok(())
-}
-
-/// What the preload phase did.
-struct Preloaded {
-    records: u64,
-    seconds: f64,
-    back_pressure: u64,
-    failures: u64,
 }
 
 /// Claims and reports `--preload` effects with `--preload-clients` concurrent clients;
@@ -392,143 +348,6 @@ async fn statuses(client: LedgerClient, deadline: Instant) -> Samples {
     s
 }
 
-/// Count, rate and nearest-rank percentiles (ms) of one operation's latencies.
-struct Row {
-    count: usize,
-    per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
-}
-
-impl Row {
-    fn of(samples: &mut [u64], seconds: f64) -> Row {
-        samples.sort_unstable();
-        let pct = |p: f64| -> f64 {
-            if samples.is_empty() {
-                return 0.0;
-            }
-            let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
-            samples[i] as f64 / 1000.0
-        };
-        Row {
-            count: samples.len(),
-            per_s: if seconds > 0.0 {
-                samples.len() as f64 / seconds
-            } else {
-                0.0
-            },
-            p50_ms: pct(0.50),
-            p99_ms: pct(0.99),
-            p999_ms: pct(0.999),
-        }
-    }
-
-    fn json(&self) -> Value {
-        json!({
-            "count": self.count,
-            "per_s": round2(self.per_s),
-            "p50_ms": round2(self.p50_ms),
-            "p99_ms": round2(self.p99_ms),
-            "p999_ms": round2(self.p999_ms),
-        })
-    }
-}
-
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
-/// Everything one run prints.
-struct Summary<'a> {
-    options: &'a Options,
-    preload: Option<Preloaded>,
-    effects_s: f64,
-    reference_s: f64,
-}
-
-impl Summary<'_> {
-    fn rows(&self, s: &mut Samples) -> [(&'static str, Row); 4] {
-        [
-            (
-                "effect (claim + report)",
-                Row::of(&mut s.effect, self.effects_s),
-            ),
-            (
-                "  claim (replicated)",
-                Row::of(&mut s.claim, self.effects_s),
-            ),
-            (
-                "  report (replicated)",
-                Row::of(&mut s.report, self.effects_s),
-            ),
-            (
-                "reference: leader RPC (no Raft)",
-                Row::of(&mut s.status, self.reference_s),
-            ),
-        ]
-    }
-
-    fn print_table(&self, s: &mut Samples) {
-        let o = self.options;
-        if let Some(p) = &self.preload {
-            println!(
-                "preloaded {} effects in {:.1} s ({:.0}/s; back-pressure {}, failures {})",
-                p.records,
-                p.seconds,
-                p.records as f64 / p.seconds.max(f64::MIN_POSITIVE),
-                p.back_pressure,
-                p.failures
-            );
-        }
-        println!(
-            "{} clients, {:.1} s of claim+report on {} node(s)\n",
-            o.clients,
-            self.effects_s,
-            o.endpoints.len()
-        );
-        println!(
-            "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
-            "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
-        );
-        for (name, r) in self.rows(s) {
-            if name.starts_with("reference") && o.no_reference {
-                continue;
-            }
-            println!(
-                "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
-                name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
-            );
-        }
-        println!(
-            "\nback-pressure (RESOURCE_EXHAUSTED): {}\nfailures: {}",
-            s.back_pressure, s.failures
-        );
-    }
-
-    fn json(&self, s: &mut Samples) -> Value {
-        let o = self.options;
-        let [effect, claim, report, reference] = self.rows(s);
-        json!({
-            "clients": o.clients,
-            "seconds": round2(self.effects_s),
-            "nodes": o.endpoints.len(),
-            "preload": self.preload.as_ref().map(|p| json!({
-                "records": p.records,
-                "seconds": round2(p.seconds),
-                "back_pressure": p.back_pressure,
-                "failures": p.failures,
-            })),
-            "effect": effect.1.json(),
-            "claim": claim.1.json(),
-            "report": report.1.json(),
-            "reference": (!o.no_reference).then(|| reference.1.json()),
-            "back_pressure": s.back_pressure,
-            "failures": s.failures,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,15 +380,6 @@ mod tests {
         assert_eq!(classify(&direct), Failure::BackPressure);
         assert_eq!(classify(&after_retries), Failure::BackPressure);
         assert_eq!(classify(&down), Failure::Other);
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let mut samples: Vec<u64> = (1..=1000).map(|ms| ms * 1000).collect();
-        let row = Row::of(&mut samples, 2.0);
-        assert_eq!(row.count, 1000);
-        assert_eq!(row.per_s, 500.0);
-        assert_eq!((row.p50_ms, row.p99_ms, row.p999_ms), (500.0, 990.0, 999.0));
     }
 
     #[test]
