@@ -10,13 +10,15 @@
 #   deploy/cluster.sh leader         print the leader's node id
 #
 # Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103),
-# PROFILE (default debug; release for benchmarks).
+# PROFILE (default debug; release for benchmarks), BUILD (default 1; 0 starts the binaries
+# already in target/PROFILE without building).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DATA=${DATA:-.data/cluster}
 BASE_PORT=${BASE_PORT:-7100}
 PROFILE=${PROFILE:-debug}
+BUILD=${BUILD:-1}
 NODES=(1 2 3)
 OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
@@ -88,7 +90,7 @@ stop_node() {
 
 case "${1:-}" in
   start)
-    build
+    [ "$BUILD" = 0 ] || build
     mkdir -p "$DATA"
     fresh=1; [ -d "$DATA/node1" ] && fresh=0
     for n in "${NODES[@]}"; do start_node "$n"; done
@@ -109,5 +111,5 @@ case "${1:-}" in
   kill) stop_node "${2:?node id}" KILL ;;
   restart) start_node "${2:?node id}"; ctl wait-leader --timeout-ms 20000 ;;
   wait-ready) ctl wait-ready --timeout-ms 60000 ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

@@ -1,0 +1,413 @@
+//! `ledger-load`: N concurrent clients, each claiming a new effect and reporting it
+//! committed, against a running cluster; prints throughput and latency percentiles, beside
+//! a reference row of the same clients calling the Admin leader RPC (a round trip that
+//! touches neither Raft nor the disk, and that any API key may make), so the table shows
+//! what replication costs.
+//!
+//! With `--preload N` it first fills the ledger with N retained effects (claimed and
+//! reported committed by many concurrent clients, as fast as the cluster takes them), so
+//! the measurement runs against a ledger of that size. `--output json` prints one JSON
+//! object instead of the table, for scripts (`deploy/bench.sh`) that build their own.
+//!
+//! Failed calls are counted in two kinds: back-pressure (the node answered
+//! `RESOURCE_EXHAUSTED`: too many commands waiting) and every other failure.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod report;
+
+use clap::{Parser, ValueEnum};
+use ledger_client::{ClientError, LedgerClient, RetryPolicy};
+use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Report, ToolRef};
+use report::{Failure, Preloaded, Samples, Summary};
+
+/// Load generator for a running effect ledger cluster.
+#[derive(Parser, Debug)]
+#[command(name = "ledger-load", version)]
+struct Options {
+    /// Node endpoints, comma-separated (`host:port,host:port`).
+    #[arg(long, env = "LEDGER_ENDPOINTS", value_delimiter = ',', required = true)]
+    endpoints: Vec<String>,
+    /// A tenant API key of `--tenant`.
+    #[arg(long, env = "LEDGER_API_KEY")]
+    api_key: String,
+    /// Concurrent clients during the measurement.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    clients: u32,
+    /// Length of the measurement, in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    seconds: u64,
+    /// The tool every effect calls, `provider/name` (version v1).
+    #[arg(long, default_value = "pay/refund", value_parser = parse_tool)]
+    tool: ToolRef,
+    /// Tenant of every effect key (the API key's tenant).
+    #[arg(long, default_value = "acme")]
+    tenant: String,
+    /// Namespace of every effect key.
+    #[arg(long, default_value = "load")]
+    namespace: String,
+    /// Before measuring, fill the ledger with this many retained effects.
+    #[arg(long, default_value_t = 0)]
+    preload: u64,
+    /// Concurrent clients while preloading.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    preload_clients: u32,
+    /// Skip the reference row (leader RPC), which otherwise runs for half of `--seconds`.
+    #[arg(long)]
+    no_reference: bool,
+    /// Attempts per call, the first included; with 1 every back-pressure answer is counted
+    /// instead of being retried by the client library.
+    #[arg(long, default_value_t = RetryPolicy::default().attempts,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    attempts: u32,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// How the results are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// A human-readable table.
+    Table,
+    /// One JSON object on one line.
+    Json,
+}
+
+fn parse_tool(value: &str) -> Result<ToolRef, String> {
+    let (provider, name) = value
+        .split_once('/')
+        .filter(|(p, n)| !p.is_empty() && !n.is_empty())
+        .ok_or_else(|| format!("{value}: expected provider/name"))?;
+    Ok(ToolRef {
+        provider: provider.into(),
+        name: name.into(),
+        contract_version: "v1".into(),
+    })
+}
+
+/// Back-pressure is `RESOURCE_EXHAUSTED`, seen directly, or as the last answer after the
+/// client library's retries ran out (which keeps only the node's message, whose
+/// `overloaded` prefix the node gives exactly that status).
+fn classify(error: &ClientError) -> Failure {
+    match error {
+        ClientError::Status {
+            code: tonic::Code::ResourceExhausted,
+            ..
+        } => Failure::BackPressure,
+        ClientError::Unavailable { last, .. } if last.starts_with("overloaded") => {
+            Failure::BackPressure
+        }
+        _ => Failure::Other,
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let options = Options::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ledger-load: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(options)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ledger-load: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// One effect's identity: which run, which client, which of its effects.
+struct Effect<'a> {
+    options: &'a Options,
+    run_id: u128,
+    phase: &'static str,
+    client: u64,
+    seq: u64,
+}
+
+impl Effect<'_> {
+    fn declaration(&self) -> (String, Declaration) {
+        let (o, c, i) = (self.options, self.client, self.seq);
+        let key = format!("{}-{}-{c}-{i}", self.phase, self.run_id);
+        let declaration = Declaration {
+            key: EffectKey::new(&o.tenant, &o.namespace, &key),
+            workflow_id: format!("load-{}-{}-{c}", self.phase, self.run_id),
+            tool: o.tool.clone(),
+            authority: Authority {
+                principal: "load".into(),
+                policy_generation: 1,
+            },
+            target: format!("load/{key}"),
+            intent_json: format!(r#"{{"amount":{i},"client":{c}}}"#),
+        };
+        (key, declaration)
+    }
+}
+
+/// Claims and reports one effect; the claim's and the whole pair's latency.
+async fn claim_and_report(
+    client: &LedgerClient,
+    effect: &Effect<'_>,
+) -> Result<(Duration, Duration), Failure> {
+    let (key, declaration) = effect.declaration();
+    let started = Instant::now();
+    let claim = client
+        .claim(
+            &format!("{key}/claim"),
+            declaration.clone(),
+            "ledger-load",
+            None,
+            None,
+        )
+        .await;
+    let claimed = started.elapsed();
+    let grant = match claim {
+        Ok(ClaimOutcome::Proceed(grant)) => grant,
+        Ok(_) => return Err(Failure::Other),
+        Err(e) => return Err(classify(&e)),
+    };
+    let report = Report::Committed {
+        receipt: format!("r-{key}"),
+    };
+    client
+        .report(
+            &format!("{key}/report"),
+            declaration.key,
+            grant.fencing_token,
+            report,
+        )
+        .await
+        .map_err(|e| classify(&e))?;
+    Ok((claimed, started.elapsed()))
+}
+
+async fn run(o: Options) -> Result<(), String> {
+    let retry = RetryPolicy {
+        attempts: o.attempts,
+        ..RetryPolicy::default()
+    };
+    let client = LedgerClient::with_retry(o.endpoints.clone(), &o.api_key, retry)
+        .map_err(|e| e.to_string())?;
+    client.find_leader().await;
+    let run_id = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let o = Arc::new(o);
+
+    let preload = if o.preload > 0 {
+        Some(preload(&client, &o, run_id).await)
+    } else {
+        None
+    };
+
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(o.seconds);
+    let tasks: Vec<_> = (0..u64::from(o.clients))
+        .map(|c| {
+            let (client, o) = (client.clone(), o.clone());
+            tokio::spawn(async move { effects(client, c, run_id, deadline, o).await })
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
+    }
+    let effects_s = started.elapsed().as_secs_f64();
+
+    let mut reference_s = 0.0;
+    if !o.no_reference {
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs((o.seconds / 2).max(1));
+        let tasks: Vec<_> = (0..o.clients)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { statuses(client, deadline).await })
+            })
+            .collect();
+        for t in tasks {
+            samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
+        }
+        reference_s = started.elapsed().as_secs_f64();
+    }
+
+    let report = Summary {
+        clients: o.clients,
+        nodes: o.endpoints.len(),
+        reference: !o.no_reference,
+        preload,
+        effects_s,
+        reference_s,
+    };
+    match o.output {
+        Output::Table => report.print_table(&mut samples),
+        Output::Json => println!("{}", report.json(&mut samples)),
+    }
+    if samples.effect.is_empty() {
+        return Err("no effect completed".into());
+    }
+    Ok(())
+}
+
+/// Claims and reports `--preload` effects with `--preload-clients` concurrent clients;
+/// a failed pair is counted and its slot taken again, so exactly N effects end committed
+/// (unless the failures outnumber them tenfold, when the phase gives up).
+async fn preload(client: &LedgerClient, o: &Arc<Options>, run_id: u128) -> Preloaded {
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..u64::from(o.preload_clients))
+        .map(|c| {
+            let (client, o, next, done) = (client.clone(), o.clone(), next.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut s = Samples::default();
+                loop {
+                    let seq = next.fetch_add(1, Ordering::Relaxed);
+                    let gave_up = s.back_pressure + s.failures > 10 * o.preload;
+                    if done.load(Ordering::Relaxed) >= o.preload || gave_up {
+                        return s;
+                    }
+                    let effect = Effect {
+                        options: &o,
+                        run_id,
+                        phase: "pre",
+                        client: c,
+                        seq,
+                    };
+                    match claim_and_report(&client, &effect).await {
+                        Ok(_) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(f) => s.fail(f),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut s = Samples::default();
+    for t in tasks {
+        if let Ok(task) = t.await {
+            s.merge(task);
+        }
+    }
+    Preloaded {
+        records: done.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+        back_pressure: s.back_pressure,
+        failures: s.failures,
+    }
+}
+
+async fn effects(
+    client: LedgerClient,
+    c: u64,
+    run_id: u128,
+    deadline: Instant,
+    o: Arc<Options>,
+) -> Samples {
+    let mut s = Samples::default();
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        seq += 1;
+        let effect = Effect {
+            options: &o,
+            run_id,
+            phase: "run",
+            client: c,
+            seq,
+        };
+        match claim_and_report(&client, &effect).await {
+            Ok((claim, total)) => {
+                s.claim.push(claim.as_micros() as u64);
+                s.report.push((total - claim).as_micros() as u64);
+                s.effect.push(total.as_micros() as u64);
+            }
+            Err(f) => s.fail(f),
+        }
+    }
+    s
+}
+
+async fn statuses(client: LedgerClient, deadline: Instant) -> Samples {
+    let mut s = Samples::default();
+    while Instant::now() < deadline {
+        let started = Instant::now();
+        match client.transport().leader_of(0, 1_000).await {
+            Ok(_) => s.status.push(started.elapsed().as_micros() as u64),
+            Err(e) => s.fail(classify(&e)),
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_without_a_slash_is_refused() {
+        assert!(parse_tool("refund").is_err());
+        assert!(parse_tool("/refund").is_err());
+        let tool = parse_tool("pay/refund").unwrap();
+        assert_eq!(
+            (tool.provider.as_str(), tool.name.as_str()),
+            ("pay", "refund")
+        );
+    }
+
+    #[test]
+    fn overloaded_answers_count_as_back_pressure() {
+        let direct = ClientError::Status {
+            code: tonic::Code::ResourceExhausted,
+            message: "overloaded: 4096 commands waiting".into(),
+        };
+        let after_retries = ClientError::Unavailable {
+            attempts: 10,
+            last: "overloaded: 4096 commands waiting".into(),
+        };
+        let down = ClientError::Unavailable {
+            attempts: 10,
+            last: "no leader available: election".into(),
+        };
+        assert_eq!(classify(&direct), Failure::BackPressure);
+        assert_eq!(classify(&after_retries), Failure::BackPressure);
+        assert_eq!(classify(&down), Failure::Other);
+    }
+
+    #[test]
+    fn flags_parse_with_defaults_and_refuse_zero_clients() {
+        let o = Options::try_parse_from([
+            "ledger-load",
+            "--endpoints",
+            "a:1,b:2",
+            "--api-key",
+            "k",
+            "--preload",
+            "100000",
+            "--output",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(o.endpoints, ["a:1", "b:2"]);
+        assert_eq!((o.clients, o.seconds, o.preload), (16, 10, 100_000));
+        assert_eq!(o.output, Output::Json);
+        let zero = Options::try_parse_from([
+            "ledger-load",
+            "--endpoints",
+            "a:1",
+            "--api-key",
+            "k",
+            "--clients",
+            "0",
+        ]);
+        assert!(zero.is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! What `ledger-load` measures and how it prints it: latency samples and failure counts
+//! per operation, nearest-rank percentiles, and the table or JSON object of one run.
+
+use serde_json::{json, Value};
+
+/// Latencies in microseconds and failed calls, per operation; one per client task,
+/// merged at the end so that no lock sits on the measured path.
+#[derive(Default)]
+pub struct Samples {
+    /// Whole claim + report pairs.
+    pub effect: Vec<u64>,
+    /// Claims alone.
+    pub claim: Vec<u64>,
+    /// Reports alone.
+    pub report: Vec<u64>,
+    /// Reference calls (leader RPC).
+    pub status: Vec<u64>,
+    /// Calls answered `RESOURCE_EXHAUSTED`.
+    pub back_pressure: u64,
+    /// Calls failed otherwise.
+    pub failures: u64,
+}
+
+impl Samples {
+    /// Adds another task's samples to these.
+    pub fn merge(&mut self, other: Samples) {
+        self.effect.extend(other.effect);
+        self.claim.extend(other.claim);
+        self.report.extend(other.report);
+        self.status.extend(other.status);
+        self.back_pressure += other.back_pressure;
+        self.failures += other.failures;
+    }
+
+    /// Counts a failed call in its kind.
+    pub fn fail(&mut self, failure: Failure) {
+        match failure {
+            Failure::BackPressure => self.back_pressure += 1,
+            Failure::Other => self.failures += 1,
+        }
+    }
+}
+
+/// Why one claim+report pair did not finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The node answered `RESOURCE_EXHAUSTED`.
+    BackPressure,
+    /// Anything else: unavailable, timed out, refused, or a claim that did not proceed.
+    Other,
+}
+
+/// What the preload phase did.
+pub struct Preloaded {
+    /// Effects claimed and reported committed.
+    pub records: u64,
+    /// How long it took.
+    pub seconds: f64,
+    /// Pairs cut short by back-pressure.
+    pub back_pressure: u64,
+    /// Pairs that failed otherwise.
+    pub failures: u64,
+}
+
+/// Count, rate and nearest-rank percentiles (ms) of one operation's latencies.
+struct Row {
+    count: usize,
+    per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+}
+
+impl Row {
+    fn of(samples: &mut [u64], seconds: f64) -> Row {
+        samples.sort_unstable();
+        let pct = |p: f64| -> f64 {
+            if samples.is_empty() {
+                return 0.0;
+            }
+            let i = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len()) - 1;
+            samples[i] as f64 / 1000.0
+        };
+        Row {
+            count: samples.len(),
+            per_s: if seconds > 0.0 {
+                samples.len() as f64 / seconds
+            } else {
+                0.0
+            },
+            p50_ms: pct(0.50),
+            p99_ms: pct(0.99),
+            p999_ms: pct(0.999),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "count": self.count,
+            "per_s": round2(self.per_s),
+            "p50_ms": round2(self.p50_ms),
+            "p99_ms": round2(self.p99_ms),
+            "p999_ms": round2(self.p999_ms),
+        })
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Everything one run prints.
+pub struct Summary {
+    /// Concurrent clients measured.
+    pub clients: u32,
+    /// Endpoints the clients were given.
+    pub nodes: usize,
+    /// Whether the reference row was measured.
+    pub reference: bool,
+    /// The preload phase, if there was one.
+    pub preload: Option<Preloaded>,
+    /// Wall time of the claim + report phase.
+    pub effects_s: f64,
+    /// Wall time of the reference phase.
+    pub reference_s: f64,
+}
+
+impl Summary {
+    fn rows(&self, s: &mut Samples) -> [(&'static str, Row); 4] {
+        [
+            (
+                "effect (claim + report)",
+                Row::of(&mut s.effect, self.effects_s),
+            ),
+            (
+                "  claim (replicated)",
+                Row::of(&mut s.claim, self.effects_s),
+            ),
+            (
+                "  report (replicated)",
+                Row::of(&mut s.report, self.effects_s),
+            ),
+            (
+                "reference: leader RPC (no Raft)",
+                Row::of(&mut s.status, self.reference_s),
+            ),
+        ]
+    }
+
+    /// Prints the human-readable table.
+    pub fn print_table(&self, s: &mut Samples) {
+        if let Some(p) = &self.preload {
+            println!(
+                "preloaded {} effects in {:.1} s ({:.0}/s; back-pressure {}, failures {})",
+                p.records,
+                p.seconds,
+                p.records as f64 / p.seconds.max(f64::MIN_POSITIVE),
+                p.back_pressure,
+                p.failures
+            );
+        }
+        println!(
+            "{} clients, {:.1} s of claim+report on {} node(s)\n",
+            self.clients, self.effects_s, self.nodes
+        );
+        println!(
+            "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
+            "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
+        );
+        for (name, r) in self.rows(s) {
+            if name.starts_with("reference") && !self.reference {
+                continue;
+            }
+            println!(
+                "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
+                name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
+            );
+        }
+        println!(
+            "\nback-pressure (RESOURCE_EXHAUSTED): {}\nfailures: {}",
+            s.back_pressure, s.failures
+        );
+    }
+
+    /// The run as one JSON object.
+    pub fn json(&self, s: &mut Samples) -> Value {
+        let [effect, claim, report, reference] = self.rows(s);
+        json!({
+            "clients": self.clients,
+            "seconds": round2(self.effects_s),
+            "nodes": self.nodes,
+            "preload": self.preload.as_ref().map(|p| json!({
+                "records": p.records,
+                "seconds": round2(p.seconds),
+                "back_pressure": p.back_pressure,
+                "failures": p.failures,
+            })),
+            "effect": effect.1.json(),
+            "claim": claim.1.json(),
+            "report": report.1.json(),
+            "reference": self.reference.then(|| reference.1.json()),
+            "back_pressure": s.back_pressure,
+            "failures": s.failures,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut samples: Vec<u64> = (1..=1000).map(|ms| ms * 1000).collect();
+        let row = Row::of(&mut samples, 2.0);
+        assert_eq!(row.count, 1000);
+        assert_eq!(row.per_s, 500.0);
+        assert_eq!((row.p50_ms, row.p99_ms, row.p999_ms), (500.0, 990.0, 999.0));
+    }
+}

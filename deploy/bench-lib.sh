@@ -1,0 +1,81 @@
+# Shared by deploy/bench.sh and deploy/bench-retention.sh (sourced, not run): where the
+# benchmark keeps its data, the ledger cluster it starts with deploy/cluster.sh, and small
+# helpers to read ledger-load's JSON and the nodes' status.
+
+BENCH_DIR=${BENCH_DIR:-.data/bench}
+SECONDS_PER_ROW=${SECONDS_PER_ROW:-30}
+LEDGER_BASE_PORT=${LEDGER_BASE_PORT:-7400}
+OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
+TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
+# Release unless told otherwise: debug numbers say nothing about speed.
+BENCH_PROFILE=${BENCH_PROFILE:-release}
+BIN=target/$BENCH_PROFILE
+
+ledger_endpoints() {
+  echo "127.0.0.1:$((LEDGER_BASE_PORT + 1)),127.0.0.1:$((LEDGER_BASE_PORT + 2)),127.0.0.1:$((LEDGER_BASE_PORT + 3))"
+}
+
+# Builds the node, ledgerctl and ledger-load (the same packages as deploy/cluster.sh, so
+# the same features and no second RocksDB build); BUILD=0 skips it.
+build_ledger() {
+  [ "${BUILD:-1}" = 0 ] && return 0
+  bash deploy/prereqs.sh
+  local flags=(--locked -p ledger-node -p ledger-client --bin ledger-node --bin ledgerctl --bin ledger-load)
+  [ "$BENCH_PROFILE" = release ] && flags+=(--release)
+  cargo build "${flags[@]}"
+}
+
+# deploy/cluster.sh on the benchmark's data folder ($1) and ports, with the binaries
+# build_ledger made.
+ledger_cluster() {
+  local data=$1; shift
+  DATA=$data BASE_PORT=$LEDGER_BASE_PORT PROFILE=$BENCH_PROFILE BUILD=0 \
+    OPERATOR_KEY=$OPERATOR_KEY TENANT_KEY=$TENANT_KEY bash deploy/cluster.sh "$@"
+}
+
+# ledger-load against the benchmark cluster, one JSON object on stdout.
+ledger_load() {
+  "$BIN/ledger-load" --endpoints "$(ledger_endpoints)" --api-key "$TENANT_KEY" \
+    --no-reference --output json "$@"
+}
+
+# A field of a JSON object on stdin, by a dotted path (`effect.p99_ms`).
+json_field() {
+  python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+for part in sys.argv[1].split("."):
+    v = v[part] if v is not None else None
+print("" if v is None else v)' "$1"
+}
+
+# `ledgerctl status` of node $1 alone: one line of key=value fields.
+node_status() {
+  "$BIN/ledgerctl" --endpoints "127.0.0.1:$((LEDGER_BASE_PORT + $1))" \
+    --api-key "$OPERATOR_KEY" status 2>/dev/null
+}
+
+# A field (`applied`, `last_log`, `snapshot`, `role`) of node $1's status; empty when down.
+status_field() {
+  node_status "$1" | grep -o " $2=[^ ]*" | sed -e "s/^ $2=//" -e 's/^Some(\(.*\))$/\1/' -e 's/^None$//'
+}
+
+# Id of the current leader, as node 1..3 see it.
+ledger_leader() {
+  local n
+  for n in 1 2 3; do
+    if [ "$(status_field "$n" role)" = leader ]; then echo "$n"; return 0; fi
+  done
+  return 1
+}
+
+# The machine a result was taken on, for the results file.
+machine_line() {
+  local cpu mem disk
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+  mem=$(free -g | awk '/^Mem:/ {print $2 " GiB"}')
+  disk=$(df -h "$BENCH_DIR" | awk 'NR == 2 {print $1 ", " $2}')
+  local rota; rota=$(lsblk -dno ROTA "$(df "$BENCH_DIR" | awk 'NR == 2 {print $1}')" 2>/dev/null | tr -d " " || true)
+  case "$rota" in 0) disk+=" (non-rotational)" ;; 1) disk+=" (reported rotational; virtual disk)" ;; esac
+  echo "$(nproc) cores ($cpu), $mem memory, disk $disk"
+}

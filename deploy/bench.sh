@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The ledger's write throughput and latency beside two things a user could use instead,
+# all on this machine and this disk, one table at the end (markdown, also written to
+# $BENCH_DIR/results.md):
+#
+#   1. etcd 3.4 (Debian etcd-server), 3 members on loopback, loaded with
+#      `etcdctl check perf --load=L` for each L in ETCD_LOADS (Debian ships no etcd
+#      `benchmark` tool, so no percentiles: check perf reports throughput, the slowest
+#      request and the standard deviation; load l is 500 clients rate-limited to 8000
+#      writes/s for 60 s).
+#   2. The ledger, 3 release nodes started by deploy/cluster.sh, loaded with ledger-load
+#      (claim + report of new effects) at each client count in CLIENTS.
+#   3. PostgreSQL 15, one server, a claim table keyed by effect key: pgbench runs a claim
+#      (INSERT ... ON CONFLICT DO NOTHING) then a report (UPDATE), each its own
+#      transaction with synchronous_commit=on and fsync=on, at the same client counts;
+#      p50/p99/p999 from pgbench's per-transaction log.
+#
+# Ratios are effects/s (or PostgreSQL claim+report pairs/s) over etcd's writes/s at the
+# first load in ETCD_LOADS. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
+#
+# Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
+# (default "l"), BENCH_DIR (default .data/bench; etcd, ledger and PostgreSQL data all go
+# there), LEDGER_BASE_PORT (7400), ETCD_BASE_PORT (23700), PG_PORT (54329),
+# PG_USER (postgres), SKIP ("etcd", "ledger" and/or "postgres" to leave out),
+# BENCH_PROFILE (release), BUILD (1; 0 uses the binaries already built).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source deploy/bench-lib.sh
+
+CLIENTS=${CLIENTS:-"1 16 64 256"}
+ETCD_LOADS=${ETCD_LOADS:-l}
+ETCD_BASE_PORT=${ETCD_BASE_PORT:-23700}
+PG_PORT=${PG_PORT:-54329}
+PG_USER=${PG_USER:-postgres}
+PG_BIN=${PG_BIN:-/usr/local/bin}
+SKIP=${SKIP:-}
+RESULTS=$BENCH_DIR/results.md
+ETCD_PIDS=()
+
+skipped() { [[ " $SKIP " == *" $1 "* ]]; }
+
+cleanup() {
+  set +e
+  for pid in "${ETCD_PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+  [ -d "$BENCH_DIR/ledger" ] && ledger_cluster "$BENCH_DIR/ledger" stop >/dev/null 2>&1
+  if [ -f "$BENCH_DIR/pg/data/postmaster.pid" ]; then
+    runuser -u "$PG_USER" -- "$PG_BIN/pg_ctl" -D "$BENCH_DIR/pg/data" -m fast stop >/dev/null 2>&1
+  fi
+}
+trap cleanup EXIT
+
+rm -rf "$BENCH_DIR"
+mkdir -p "$BENCH_DIR"
+ROWS=()
+ETCD_WRITES_PER_S=""
+
+ratio() {
+  [ -n "$ETCD_WRITES_PER_S" ] || { echo "n/a"; return; }
+  python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}x')" "$1" "$ETCD_WRITES_PER_S"
+}
+
+# --- etcd -------------------------------------------------------------------------------
+
+etcd_url() { echo "http://127.0.0.1:$((ETCD_BASE_PORT + $1))"; }
+
+run_etcd() {
+  if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+    echo "== installing etcd-server and etcd-client (Debian)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq etcd-server etcd-client >/dev/null
+  fi
+  # The Debian package starts a single-member etcd of its own on 2379; ours use other ports.
+  local cluster="" endpoints="" n
+  for n in 1 2 3; do
+    cluster+="${cluster:+,}e$n=$(etcd_url $((n + 10)))"
+    endpoints+="${endpoints:+,}$(etcd_url "$n")"
+  done
+  for n in 1 2 3; do
+    etcd --name "e$n" --data-dir "$BENCH_DIR/etcd/e$n" \
+      --listen-client-urls "$(etcd_url "$n")" --advertise-client-urls "$(etcd_url "$n")" \
+      --listen-peer-urls "$(etcd_url $((n + 10)))" \
+      --initial-advertise-peer-urls "$(etcd_url $((n + 10)))" \
+      --initial-cluster "$cluster" --initial-cluster-state new \
+      --initial-cluster-token ledger-bench >"$BENCH_DIR/etcd-e$n.log" 2>&1 &
+    ETCD_PIDS+=("$!")
+  done
+  for _ in $(seq 100); do
+    ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  local load out writes slowest stddev
+  for load in $ETCD_LOADS; do
+    echo "== etcd: etcdctl check perf --load=$load (60 s)"
+    out=$(ETCDCTL_API=3 etcdctl --endpoints "$endpoints" check perf --load="$load" 2>&1 || true)
+    echo "$out" | grep -E 'PASS|FAIL' || echo "$out" | tail -5
+    writes=$(echo "$out" | grep -oE '[0-9]+ writes/s' | grep -oE '^[0-9]+' || true)
+    slowest=$(echo "$out" | grep -i slowest | grep -oE '[0-9]+\.[0-9]+s' | tr -d s || true)
+    stddev=$(echo "$out" | grep -i stddev | grep -oE '[0-9]+\.[0-9]+s' | tr -d s || true)
+    [ -n "$ETCD_WRITES_PER_S" ] || ETCD_WRITES_PER_S=$writes
+    ROWS+=("| etcd 3.4 put (\`check perf --load=$load\`) | $(etcd_clients "$load") | ${writes:-?} writes/s | n/a | n/a | n/a | $(ratio "${writes:-0}") | slowest $(ms "$slowest") ms, stddev $(ms "$stddev") ms |")
+  done
+  for pid in "${ETCD_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  ETCD_PIDS=()
+}
+
+# Client counts of etcdctl check perf's workloads (etcdctl/ctlv3/command/check.go).
+etcd_clients() { case "$1" in s) echo 50 ;; m) echo 200 ;; l) echo 500 ;; xl) echo 1000 ;; esac; }
+
+ms() { [ -n "$1" ] && python3 -c "import sys; print(f'{float(sys.argv[1]) * 1000:.0f}')" "$1" || echo "?"; }
+
+# --- the ledger -------------------------------------------------------------------------
+
+run_ledger() {
+  echo "== ledger: building, then starting 3 $BENCH_PROFILE nodes (deploy/cluster.sh)"
+  build_ledger
+  ledger_cluster "$BENCH_DIR/ledger" start
+  local c json per_s
+  for c in $CLIENTS; do
+    echo "== ledger: $c clients, $SECONDS_PER_ROW s"
+    json=$(ledger_load --clients "$c" --seconds "$SECONDS_PER_ROW")
+    echo "$json" > "$BENCH_DIR/ledger-$c.json"
+    per_s=$(echo "$json" | json_field effect.per_s)
+    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures) |")
+  done
+  ledger_cluster "$BENCH_DIR/ledger" stop
+}
+
+# --- PostgreSQL -------------------------------------------------------------------------
+
+run_postgres() {
+  local pg=$BENCH_DIR/pg
+  id "$PG_USER" >/dev/null 2>&1 || useradd --system --no-create-home "$PG_USER"
+  mkdir -p "$pg"
+  chown "$PG_USER" "$pg"
+  echo "== postgres: initdb in $pg (as $PG_USER)"
+  runuser -u "$PG_USER" -- "$PG_BIN/initdb" -D "$pg/data" -U bench --auth=trust >"$pg/initdb.log"
+  runuser -u "$PG_USER" -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/server.log" -w \
+    -o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='$PWD/$pg' \
+        -c max_connections=300 -c fsync=on -c synchronous_commit=on -c shared_buffers=256MB" \
+    start >/dev/null
+  local psql=(psql -h 127.0.0.1 -p "$PG_PORT" -U bench -d postgres -q -v ON_ERROR_STOP=1)
+  "${psql[@]}" -c "CREATE TABLE claims (
+      effect_key text PRIMARY KEY, state text NOT NULL, holder text NOT NULL,
+      receipt text, claimed_at timestamptz NOT NULL DEFAULT now())"
+  # One claim, then its report: two transactions, like the ledger's claim + report.
+  cat > "$pg/claim.sql" <<'EOF'
+\set k random(1, 9000000000000000)
+INSERT INTO claims (effect_key, state, holder) VALUES ('acme/load/' || :k, 'claimed', 'bench') ON CONFLICT (effect_key) DO NOTHING;
+UPDATE claims SET state = 'committed', receipt = 'r-' || :k WHERE effect_key = 'acme/load/' || :k;
+EOF
+  local c threads out stats per_s
+  for c in $CLIENTS; do
+    echo "== postgres: pgbench, $c clients, $SECONDS_PER_ROW s"
+    threads=$((c < 2 ? c : 2))
+    mkdir -p "$pg/log-$c"
+    out=$(pgbench -h 127.0.0.1 -p "$PG_PORT" -U bench -n -f "$pg/claim.sql" -c "$c" -j "$threads" \
+      -T "$SECONDS_PER_ROW" -l --log-prefix="$pg/log-$c/tx" postgres 2>&1)
+    echo "$out" | grep -E '^tps|failed' || true
+    stats=$(pgbench_percentiles "$pg/log-$c")
+    # pgbench's own rate leaves out the time spent connecting, which at 256 clients is
+    # a good part of a short run.
+    per_s=$(echo "$out" | sed -n 's/^tps = \([0-9]*\).*without initial connection time.*/\1/p')
+    ROWS+=("| PostgreSQL claim+report (2 sync commits) | $c | $per_s pairs/s | $(echo "$stats" | cut -d' ' -f1) | $(echo "$stats" | cut -d' ' -f2) | $(echo "$stats" | cut -d' ' -f3) | $(ratio "$per_s") | 1 server, no replication |")
+  done
+  runuser -u "$PG_USER" -- "$PG_BIN/pg_ctl" -D "$pg/data" -m fast stop >/dev/null
+}
+
+# "p50_ms p99_ms p999_ms" from pgbench per-transaction logs in folder $1 (field 3 is the
+# latency in microseconds).
+pgbench_percentiles() {
+  python3 - "$1" <<'EOF'
+import os, sys
+folder = sys.argv[1]
+lat = []
+for name in os.listdir(folder):
+    with open(os.path.join(folder, name)) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 3 and fields[2].isdigit():
+                lat.append(int(fields[2]))
+lat.sort()
+def pct(p):
+    if not lat:
+        return 0.0
+    i = min(max(int(-(-len(lat) * p // 1)), 1), len(lat)) - 1
+    return lat[i] / 1000.0
+print(f"{pct(0.50):.2f} {pct(0.99):.2f} {pct(0.999):.2f}")
+EOF
+}
+
+skipped etcd || run_etcd
+skipped ledger || run_ledger
+skipped postgres || run_postgres
+
+{
+  echo "Taken $(date -u +%Y-%m-%d) on $(machine_line); $SECONDS_PER_ROW s per ledger and PostgreSQL row."
+  echo
+  echo "| system | clients | throughput | p50 ms | p99 ms | p999 ms | ratio to etcd writes/s | notes |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+} > "$RESULTS"
+echo
+cat "$RESULTS"
+echo
+echo "written to $RESULTS"
