@@ -17,6 +17,17 @@ pub enum ClientError {
         /// The last error seen.
         last: String,
     },
+    /// The cluster admits no more calls now: the last try was turned away before anything
+    /// of it was proposed, and the waits it suggested used up the overload budget
+    /// (`OverloadPolicy`). Try later, with the same command id (an earlier try that got no
+    /// answer may still have been applied).
+    #[error("overloaded, try later (in {retry_after_ms} ms; waited {waited_ms} ms already)")]
+    Overloaded {
+        /// The wait the node suggested last.
+        retry_after_ms: u64,
+        /// How long this call already waited on overload answers.
+        waited_ms: u64,
+    },
     /// A node answered with an error that is not a ledger refusal (bad request,
     /// unauthenticated, not found).
     #[error("{code:?}: {message}")]

@@ -4,6 +4,12 @@
 //! retry of the same intention: a lost answer followed by a retry with the same id returns
 //! the first outcome (the same grant), never a second attempt. A new intention needs a new
 //! id. Refusals come back as [`ClientError::Refused`] with the core's typed refusal.
+//!
+//! A node that admits no more calls is waited out as it suggests (see [`transport`]); a
+//! call whose overload budget is spent fails with [`ClientError::Overloaded`], to be sent
+//! again later with the same command id.
+//!
+//! [`transport`]: crate::transport
 
 use tonic::transport::Channel;
 
@@ -17,7 +23,7 @@ use ledger_proto::pb::admin_client::AdminClient;
 use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
 
 use crate::error::ClientError;
-use crate::transport::{RetryPolicy, Transport};
+use crate::transport::{OverloadPolicy, RetryPolicy, Transport};
 
 /// What an amend answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +65,18 @@ impl LedgerClient {
         api_key: &str,
         retry: RetryPolicy,
     ) -> Result<Self, ClientError> {
+        Self::with_policies(endpoints, api_key, retry, OverloadPolicy::default())
+    }
+
+    /// A client with explicit retry and overload policies.
+    pub fn with_policies(
+        endpoints: Vec<String>,
+        api_key: &str,
+        retry: RetryPolicy,
+        overload: OverloadPolicy,
+    ) -> Result<Self, ClientError> {
         Ok(LedgerClient {
-            transport: Transport::new(endpoints, api_key, retry)?,
+            transport: Transport::with_policies(endpoints, api_key, retry, overload)?,
         })
     }
 

@@ -32,4 +32,4 @@ pub use keys::{effect_key, target_of, KeySource};
 pub use ledger::{AmendOutcome, LedgerClient};
 pub use policy_file::PolicyFile;
 pub use reconcile::{Observation, ProviderAdapter, ReconcileOptions, Reconciled};
-pub use transport::RetryPolicy;
+pub use transport::{OverloadPolicy, RetryPolicy};

@@ -9,9 +9,16 @@
 //! the first attempt was applied and only its answer was lost, the ledger returns the first
 //! outcome instead of applying it twice, so a leader change mid-call costs a retry, never a
 //! second grant.
+//!
+//! A node that admits no more calls answers `RESOURCE_EXHAUSTED` with a suggested wait
+//! (`retry-after-ms`) and has proposed nothing of the call. That is no failure of the node:
+//! the client waits the hint (capped, plus up to half of it again at random, so that callers
+//! turned away together do not return together) and re-sends the same request to the same
+//! node, without spending an attempt, until [`OverloadPolicy::wait_ms_max`] of such waits
+//! are spent; then the call fails with [`ClientError::Overloaded`], a clear "try later".
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +41,32 @@ pub struct RetryPolicy {
     /// Deadline of one attempt.
     pub attempt_timeout_ms: u64,
 }
+
+/// How calls turned away by an overloaded node are retried.
+#[derive(Debug, Clone)]
+pub struct OverloadPolicy {
+    /// Longest total wait on overload answers in one call; beyond it the call fails with
+    /// [`ClientError::Overloaded`]. Zero fails at the first overload answer.
+    pub wait_ms_max: u64,
+    /// Longest single wait, whatever the node suggests.
+    pub hint_ms_max: u64,
+}
+
+impl Default for OverloadPolicy {
+    fn default() -> Self {
+        OverloadPolicy {
+            wait_ms_max: 10_000,
+            hint_ms_max: 2_000,
+        }
+    }
+}
+
+/// Metadata key of the wait (decimal milliseconds) a node suggests when it answers
+/// `RESOURCE_EXHAUSTED` for overload.
+pub const RETRY_AFTER_MS_METADATA: &str = "retry-after-ms";
+
+/// Shortest wait after an overload answer, so that a zero hint cannot spin.
+const OVERLOAD_WAIT_MS_MIN: u64 = 10;
 
 /// Deadline of one leader query made after a failure; a node that does not answer in
 /// this time is skipped.
@@ -62,6 +95,27 @@ struct Inner {
     preferred: AtomicUsize,
     authorization: String,
     retry: RetryPolicy,
+    overload: OverloadPolicy,
+    /// When the transport was made, and how many jitter draws it made: the jitter's
+    /// sources, so that simulated runs draw the same waits.
+    created: tokio::time::Instant,
+    draws: AtomicU64,
+}
+
+/// The wait a node suggests, when `status` is its answer that it admits no more calls:
+/// `RESOURCE_EXHAUSTED` without a ledger refusal (a tenant's quota refusal has the same
+/// code and is final). `Some(None)` when the answer carries no usable hint.
+pub fn overload_hint(status: &Status) -> Option<Option<u64>> {
+    if status.code() != Code::ResourceExhausted || crate::error::refusal_of(status).is_some() {
+        return None;
+    }
+    Some(
+        status
+            .metadata()
+            .get(RETRY_AFTER_MS_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()),
+    )
 }
 
 /// Whether a failed attempt may be retried (on this or another node). Only failures that
@@ -85,6 +139,16 @@ impl Transport {
         api_key: &str,
         retry: RetryPolicy,
     ) -> Result<Self, ClientError> {
+        Self::with_policies(endpoints, api_key, retry, OverloadPolicy::default())
+    }
+
+    /// [`Transport::new`], with an explicit policy for overload answers.
+    pub fn with_policies(
+        endpoints: Vec<String>,
+        api_key: &str,
+        retry: RetryPolicy,
+        overload: OverloadPolicy,
+    ) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::Config("no endpoints".into()));
         }
@@ -100,6 +164,9 @@ impl Transport {
                 preferred: AtomicUsize::new(0),
                 authorization: format!("Bearer {api_key}"),
                 retry,
+                overload,
+                created: tokio::time::Instant::now(),
+                draws: AtomicU64::new(0),
             }),
         })
     }
@@ -141,7 +208,8 @@ impl Transport {
 
     /// Runs `call` against the preferred endpoint, moving to the next one and retrying
     /// (the same request, built again by `call` with [`Transport::request`]) while failures
-    /// are retryable.
+    /// are retryable. An overload answer is waited out on the same endpoint (see the
+    /// module's documentation) without spending an attempt.
     pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(Channel) -> Fut,
@@ -149,25 +217,42 @@ impl Transport {
     {
         let retry = &self.inner.retry;
         let mut backoff_ms = retry.backoff_ms;
+        let mut overload_waited_ms = 0;
         let mut last = None;
-        for attempt in 0..retry.attempts {
+        let mut attempt = 0;
+        while attempt < retry.attempts {
             let i = self.inner.preferred.load(Ordering::Relaxed) % self.inner.endpoints.len();
             let fut = call(self.channel(i));
             let timeout = Duration::from_millis(retry.attempt_timeout_ms);
             let status = match tokio::time::timeout(timeout, fut).await {
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(status)) if !retryable(&status) => {
-                    return Err(ClientError::from_status(status))
-                }
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded(format!(
                     "no answer from {} in {} ms",
                     self.inner.endpoints[i], retry.attempt_timeout_ms
                 )),
             };
+            if let Some(hint) = overload_hint(&status) {
+                let hint_ms = hint.unwrap_or(retry.backoff_ms);
+                let wait_ms = self.overload_wait_ms(hint_ms);
+                if overload_waited_ms + wait_ms > self.inner.overload.wait_ms_max {
+                    return Err(ClientError::Overloaded {
+                        retry_after_ms: hint_ms,
+                        waited_ms: overload_waited_ms,
+                    });
+                }
+                tracing::debug!(endpoint = %self.inner.endpoints[i], wait_ms, "overloaded; waiting");
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+                overload_waited_ms += wait_ms;
+                continue;
+            }
+            if !retryable(&status) {
+                return Err(ClientError::from_status(status));
+            }
             tracing::debug!(endpoint = %self.inner.endpoints[i], attempt, error = %status, "retrying");
             last = Some(status);
-            if attempt + 1 < retry.attempts {
+            attempt += 1;
+            if attempt < retry.attempts {
                 self.redirect_after_failure(i).await;
                 tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                 backoff_ms = (backoff_ms * 2).min(retry.backoff_ms_max);
@@ -178,6 +263,33 @@ impl Transport {
             last: last.map(|s| s.message().to_owned()).unwrap_or_default(),
         })
     }
+
+    /// The wait after an overload answer suggesting `hint_ms`: the hint, capped by
+    /// [`OverloadPolicy::hint_ms_max`], plus up to half of it again.
+    fn overload_wait_ms(&self, hint_ms: u64) -> u64 {
+        let base_ms = hint_ms
+            .min(self.inner.overload.hint_ms_max)
+            .max(OVERLOAD_WAIT_MS_MIN);
+        base_ms + base_ms * (self.jitter() % 500) / 1_000
+    }
+
+    /// A pseudo-random number from the time since the transport was made and a counter:
+    /// different for callers turned away together (their answers arrive at different
+    /// instants), and the same in every replay of a simulated run (whose clock is the
+    /// simulator's).
+    fn jitter(&self) -> u64 {
+        let draw = self.inner.draws.fetch_add(1, Ordering::Relaxed);
+        let nanos = self.inner.created.elapsed().as_nanos() as u64;
+        splitmix64(nanos ^ draw.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+}
+
+/// SplitMix64's output function: spreads nearby inputs over the whole range.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl Transport {

@@ -79,6 +79,11 @@ pub struct RaftSettings {
     pub logs_kept_after_snapshot: u64,
     /// Most entries in one AppendEntries message.
     pub max_payload_entries: u64,
+    /// Deadline of an AppendEntries that carries entries. openraft asks for
+    /// `heartbeat_interval_ms`, which a follower that decodes and syncs a large batch under
+    /// load can miss; the abandoned call is then sent again, larger, and the resets it
+    /// leaves on the connection add to the load. Heartbeats keep openraft's deadline.
+    pub append_timeout_ms: u64,
 }
 
 impl Default for RaftSettings {
@@ -90,6 +95,7 @@ impl Default for RaftSettings {
             snapshot_after_logs: 10_000,
             logs_kept_after_snapshot: 1_000,
             max_payload_entries: 32,
+            append_timeout_ms: 2_000,
         }
     }
 }
@@ -110,6 +116,14 @@ pub struct ProposerSettings {
     /// How long a command may take from arrival to outcome before the caller is told to
     /// retry (with the same command id).
     pub request_timeout_ms: u64,
+    /// Client calls (commands and reads, the node's own and those forwarded to it) this
+    /// node serves at once; one more is answered `RESOURCE_EXHAUSTED` at once (see
+    /// `admission`).
+    pub admitted_calls_max: usize,
+    /// Approximate bytes of the client calls this node serves at once.
+    pub admitted_bytes_max: usize,
+    /// The wait suggested to a caller turned away (`retry-after-ms`).
+    pub overloaded_retry_after_ms: u64,
 }
 
 impl Default for ProposerSettings {
@@ -120,6 +134,9 @@ impl Default for ProposerSettings {
             max_in_flight_batches: 2,
             queue_capacity: 16_384,
             request_timeout_ms: 5_000,
+            admitted_calls_max: 1_024,
+            admitted_bytes_max: 64 << 20,
+            overloaded_retry_after_ms: 100,
         }
     }
 }
@@ -192,6 +209,22 @@ pub const CLOCK_SKEW_MS_MAX_DEFAULT: u64 = 2_000;
 /// wrong wall clock expire any lease a tool may ask for (`ToolPolicy::lease_ms_max`
 /// defaults to 10 minutes).
 pub const CLOCK_SKEW_MS_MAX_LIMIT: u64 = 60_000;
+
+/// Largest accepted [`ProposerSettings::admitted_calls_max`]: beyond it the limit no longer
+/// protects a node (each call holds a task and its request in memory).
+pub const ADMITTED_CALLS_LIMIT: usize = 1 << 20;
+
+/// Smallest accepted [`ProposerSettings::admitted_bytes_max`]: one call of the largest
+/// size the gRPC decoder accepts (4 MiB) must fit.
+pub const ADMITTED_BYTES_MIN: usize = 4 << 20;
+
+/// Largest accepted [`ProposerSettings::admitted_bytes_max`] (the admission counts bytes
+/// in 32 bits).
+pub const ADMITTED_BYTES_LIMIT: usize = u32::MAX as usize;
+
+/// Largest accepted [`ProposerSettings::overloaded_retry_after_ms`]: a longer hint turns
+/// a moment of overload into a minute of idle callers.
+pub const OVERLOADED_RETRY_AFTER_MS_LIMIT: u64 = 10_000;
 
 fn default_clock_skew_ms_max() -> u64 {
     CLOCK_SKEW_MS_MAX_DEFAULT
@@ -316,6 +349,27 @@ impl NodeConfig {
         if p.max_batch_commands == 0 || p.max_in_flight_batches == 0 || p.queue_capacity == 0 {
             return invalid("proposer sizes must be positive".into());
         }
+        if r.append_timeout_ms < r.heartbeat_interval_ms {
+            return invalid("append_timeout_ms must be at least heartbeat_interval_ms".into());
+        }
+        if p.admitted_calls_max == 0 || p.admitted_calls_max > ADMITTED_CALLS_LIMIT {
+            return invalid(format!(
+                "proposer.admitted_calls_max must be in 1..={ADMITTED_CALLS_LIMIT}"
+            ));
+        }
+        if p.admitted_bytes_max < ADMITTED_BYTES_MIN || p.admitted_bytes_max > ADMITTED_BYTES_LIMIT
+        {
+            return invalid(format!(
+                "proposer.admitted_bytes_max must be in {ADMITTED_BYTES_MIN}..={ADMITTED_BYTES_LIMIT}"
+            ));
+        }
+        if p.overloaded_retry_after_ms == 0
+            || p.overloaded_retry_after_ms > OVERLOADED_RETRY_AFTER_MS_LIMIT
+        {
+            return invalid(format!(
+                "proposer.overloaded_retry_after_ms must be in 1..={OVERLOADED_RETRY_AFTER_MS_LIMIT}"
+            ));
+        }
         if self.clock_skew_ms_max > CLOCK_SKEW_MS_MAX_LIMIT {
             return invalid(format!(
                 "clock_skew_ms_max must be at most {CLOCK_SKEW_MS_MAX_LIMIT}"
@@ -354,6 +408,8 @@ mod tests {
         assert_eq!(c.storage, StorageKind::Rocksdb);
         assert_eq!(c.raft.heartbeat_interval_ms, 100);
         assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
+        assert_eq!(c.proposer.admitted_calls_max, 1_024);
+        assert_eq!(c.proposer.overloaded_retry_after_ms, 100);
         assert_eq!(c.advertised(), "127.0.0.1:7001");
         assert_eq!(
             c.caller_for("tenant-acme-key-0001"),
@@ -372,6 +428,11 @@ mod tests {
             format!("{MINIMAL}\n[raft]\nelection_timeout_min_ms = 50"),
             format!("{MINIMAL}\nunknown_field = 3"),
             MINIMAL.replace("node_id = 1", "node_id = 1\nclock_skew_ms_max = 3600000"),
+            format!("{MINIMAL}\n[raft]\nappend_timeout_ms = 10"),
+            format!("{MINIMAL}\n[proposer]\nadmitted_calls_max = 0"),
+            format!("{MINIMAL}\n[proposer]\nadmitted_bytes_max = 1024"),
+            format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 0"),
+            format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 600000"),
         ] {
             assert!(
                 NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),

@@ -6,6 +6,11 @@
 
 use ledger_proto::convert::WireError;
 
+/// Metadata key of the wait (decimal milliseconds) a `RESOURCE_EXHAUSTED` answer for
+/// overload suggests before the same call is sent again. A tenant's quota refusal, also
+/// `RESOURCE_EXHAUSTED`, carries a refusal instead and no such entry.
+pub const RETRY_AFTER_MS_METADATA: &str = "retry-after-ms";
+
 /// Why a node could not serve a call.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NodeError {
@@ -19,9 +24,15 @@ pub enum NodeError {
     /// command id.
     #[error("timed out after {0} ms; retry with the same command id")]
     Timeout(u64),
-    /// Too many commands are waiting.
-    #[error("overloaded: {0} commands waiting")]
-    Overloaded(usize),
+    /// The node serves as many calls as it admits; nothing of this one was proposed.
+    /// Retry the same call after `retry_after_ms`.
+    #[error("overloaded ({what}); retry after {retry_after_ms} ms")]
+    Overloaded {
+        /// Which limit was reached.
+        what: String,
+        /// The suggested wait before retrying.
+        retry_after_ms: u64,
+    },
     /// The request is malformed.
     #[error("malformed request: {0}")]
     BadRequest(String),
@@ -53,7 +64,13 @@ impl From<NodeError> for tonic::Status {
                 tonic::Status::unavailable(message)
             }
             NodeError::Timeout(_) => tonic::Status::deadline_exceeded(message),
-            NodeError::Overloaded(_) => tonic::Status::resource_exhausted(message),
+            NodeError::Overloaded { retry_after_ms, .. } => {
+                let mut status = tonic::Status::resource_exhausted(message);
+                if let Ok(value) = retry_after_ms.to_string().parse() {
+                    status.metadata_mut().insert(RETRY_AFTER_MS_METADATA, value);
+                }
+                status
+            }
             NodeError::BadRequest(_) => tonic::Status::invalid_argument(message),
             NodeError::Unauthenticated(_) => tonic::Status::unauthenticated(message),
             NodeError::PermissionDenied(_) => tonic::Status::permission_denied(message),

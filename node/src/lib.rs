@@ -10,18 +10,22 @@
 //! - [`config`]: the TOML configuration and flags.
 //! - [`node`]: [`LedgerNode`], routing writes and linearizable reads to the leader.
 //! - [`proposer`]: group commit; each entry carries the leader's time stamp.
+//! - [`admission`]: the bounded number of client calls and bytes a node serves at once;
+//!   beyond it a call is answered `RESOURCE_EXHAUSTED` with a suggested wait.
 //! - [`clock`]: the wall and monotonic clocks, behind one seam; [`stamp_bound`]: the pure
 //!   rule that keeps ledger time from jumping with a wrong wall clock; [`real_time`]: the
 //!   pure bounds on real time, for provider horizons, when ledger time lags it after an
 //!   outage no node measured; [`ledger_time`]: all of them together, the only source of
 //!   the stamps.
 //! - [`sweeper`]: the leader's lease-expiry and garbage-collection proposals.
-//! - [`network`] and [`raft_service`]: the Raft transport, client and server sides.
+//! - [`network`] and [`raft_service`]: the Raft transport, client and server sides; Raft's
+//!   messages travel on connections of their own, apart from forwarded client calls.
 //! - [`ledger_service`], [`admin_service`]: the public gRPC services.
 //! - [`auth`]: API keys to callers. [`error`]: failures and their gRPC statuses.
 //! - [`wire`]: versioned payloads between nodes.
 
 pub mod admin_service;
+pub mod admission;
 pub mod auth;
 pub mod clock;
 pub mod config;
@@ -39,6 +43,7 @@ pub mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::SnapshotPolicy;
 use tonic::transport::Server;
@@ -49,6 +54,21 @@ use ledger_raft_store::{DiskRef, Raft};
 pub use clock::{Clock, ClockRef, SystemClock};
 pub use config::NodeConfig;
 pub use node::LedgerNode;
+
+/// Streams one connection may have open at once. Well above what a node admits, so that
+/// a call beyond the admission limit is answered `RESOURCE_EXHAUSTED` at once instead of
+/// waiting, unseen, for a stream in the caller's HTTP/2 queue.
+const STREAMS_PER_CONNECTION_MAX: u32 = 8_192;
+
+/// Streams a caller may reset before the server has taken them up. h2's default (20)
+/// treats more as an attack and closes the whole connection; under load a node takes up
+/// new streams late and callers that give up on calls (timeouts) reset many of them,
+/// which must cost those calls, not every call on the connection.
+const PENDING_RESETS_PER_CONNECTION_MAX: usize = 4_096;
+
+/// Interval of HTTP/2 pings on an idle connection, so that a dead peer's connection is
+/// noticed and replaced before a call needs it.
+const KEEPALIVE_INTERVAL_MS: u64 = 10_000;
 
 /// Why a node could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -110,8 +130,7 @@ pub async fn start_with_clock(
     let logged_ms = log_store.latest_stamp().await?.map_or(0, |s| s.ledger_ms);
     let time =
         ledger_time::LedgerTime::new(clock, reader.clone(), logged_ms, config.clock_skew_ms_max);
-    let channels = network::Channels::default();
-    let network = network::Network::new(channels.clone(), &config.cluster_secret);
+    let network = network::Network::new(&config.cluster_secret, config.raft.append_timeout_ms);
     let raft = Raft::new(
         config.node_id,
         Arc::new(raft_config(config)?),
@@ -128,7 +147,8 @@ pub async fn start_with_clock(
         reader,
         time,
         proposer,
-        channels,
+        admission::Admission::new(&config.proposer),
+        network::Channels::default(),
         &config.cluster_secret,
     ))
 }
@@ -155,6 +175,10 @@ pub async fn serve(
     let auth = auth::Authenticator::new(config);
     tracing::info!(node_id = config.node_id, addr = %config.listen_addr, "serving");
     let served = Server::builder()
+        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
+        .http2_max_pending_accept_reset_streams(Some(PENDING_RESETS_PER_CONNECTION_MAX))
+        .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
+        .tcp_nodelay(true)
         .add_service(pb::ledger_server::LedgerServer::new(
             ledger_service::LedgerService::new(node.clone(), auth.clone()),
         ))

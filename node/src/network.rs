@@ -1,10 +1,18 @@
 //! The Raft transport, client side: openraft's `RaftNetworkV2` over the internal gRPC
-//! `Raft` service, one lazily connected channel per peer.
+//! `Raft` service, lazily connected channels per peer.
 //!
-//! Every call is bounded by openraft's hard TTL. Snapshots are streamed in chunks so a
-//! large ledger never becomes one oversized message. The cluster secret goes with every
-//! call: the internal service carries already-authenticated commands and must not be
-//! reachable with a tenant's key.
+//! Raft's messages have connections of their own, apart from forwarded client calls (the
+//! node's [`Channels`]): on a shared connection a heartbeat waits in the same queue and
+//! flow-control window as the calls an overloaded node forwards, and a connection reset by
+//! the resets those calls cause takes the heartbeats with it. Raft itself uses two per
+//! peer: `control` for heartbeats (AppendEntries without entries) and votes, small and
+//! urgent, and `replication` for entries and snapshots, large and slow under load.
+//!
+//! Every call has a deadline: openraft's for heartbeats and votes, at least
+//! `append_timeout_ms` for AppendEntries that carry entries (see `RaftSettings`).
+//! Snapshots are streamed in chunks so a large ledger never becomes one oversized message.
+//! The cluster secret goes with every call: the internal service carries
+//! already-authenticated commands and must not be reachable with a tenant's key.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -37,7 +45,8 @@ const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// Largest message accepted from a peer (AppendEntries batches, snapshot chunks).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 << 20;
 
-/// Lazily connected gRPC channels to peers, by address.
+/// Lazily connected gRPC channels to peers, by address: one connection per peer and per
+/// `Channels` value, so that two values never share a connection.
 #[derive(Clone, Default)]
 pub struct Channels {
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
@@ -60,19 +69,24 @@ impl Channels {
     }
 }
 
-/// Builds per-peer network clients for openraft.
+/// Builds per-peer network clients for openraft, on connections of Raft's own.
 #[derive(Clone)]
 pub struct Network {
-    channels: Channels,
+    control: Channels,
+    replication: Channels,
     secret: Arc<str>,
+    append_timeout: Duration,
 }
 
 impl Network {
-    /// A network that authenticates with `secret`.
-    pub fn new(channels: Channels, secret: &str) -> Self {
+    /// A network that authenticates with `secret` and gives an AppendEntries that carries
+    /// entries at least `append_timeout_ms`.
+    pub fn new(secret: &str, append_timeout_ms: u64) -> Self {
         Network {
-            channels,
+            control: Channels::default(),
+            replication: Channels::default(),
             secret: secret.into(),
+            append_timeout: Duration::from_millis(append_timeout_ms),
         }
     }
 }
@@ -81,8 +95,7 @@ impl Network {
 pub struct PeerClient {
     target: u64,
     addr: String,
-    channels: Channels,
-    secret: Arc<str>,
+    network: Network,
 }
 
 impl RaftNetworkFactory<C> for Network {
@@ -92,8 +105,7 @@ impl RaftNetworkFactory<C> for Network {
         PeerClient {
             target,
             addr: node.addr.clone(),
-            channels: self.channels.clone(),
-            secret: self.secret.clone(),
+            network: self.clone(),
         }
     }
 }
@@ -112,16 +124,18 @@ pub fn with_secret<T>(message: T, secret: &str) -> tonic::Request<T> {
 }
 
 impl PeerClient {
-    fn client(&self) -> Result<RaftClient<Channel>, Unreachable<C>> {
-        let channel = self.channels.get(&self.addr).map_err(unreachable)?;
+    fn client(&self, channels: &Channels) -> Result<RaftClient<Channel>, Unreachable<C>> {
+        let channel = channels.get(&self.addr).map_err(unreachable)?;
         Ok(RaftClient::new(channel)
             .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX))
     }
 
-    /// One unary call with a deadline; a remote error string becomes `Unreachable`.
+    /// One unary call on `channels` with a deadline; a remote error string becomes
+    /// `Unreachable`.
     async fn unary<Req, Resp, F, Fut>(
         &self,
+        channels: &Channels,
         request: &Req,
         ttl: Duration,
         call: F,
@@ -135,7 +149,10 @@ impl PeerClient {
         let message = pb::RaftMessage {
             payload: wire::encode(request),
         };
-        let fut = call(self.client()?, with_secret(message, &self.secret));
+        let fut = call(
+            self.client(channels)?,
+            with_secret(message, &self.network.secret),
+        );
         let response = tokio::time::timeout(ttl, fut)
             .await
             .map_err(|_| unreachable(format!("node {} timed out after {ttl:?}", self.target)))?
@@ -154,13 +171,17 @@ impl RaftNetworkV2<C> for PeerClient {
         rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<C>, RPCError<C>> {
-        let ttl = option.hard_ttl();
+        let network = &self.network;
+        let (channels, ttl) = if rpc.entries.is_empty() {
+            (&network.control, option.hard_ttl())
+        } else {
+            let ttl = option.hard_ttl().max(network.append_timeout);
+            (&network.replication, ttl)
+        };
         Ok(self
-            .unary(
-                &rpc,
-                ttl,
-                |mut c, r| async move { c.append_entries(r).await },
-            )
+            .unary(channels, &rpc, ttl, |mut c, r| async move {
+                c.append_entries(r).await
+            })
             .await?)
     }
 
@@ -171,7 +192,9 @@ impl RaftNetworkV2<C> for PeerClient {
     ) -> Result<VoteResponse<C>, RPCError<C>> {
         let ttl = option.hard_ttl();
         Ok(self
-            .unary(&rpc, ttl, |mut c, r| async move { c.vote(r).await })
+            .unary(&self.network.control, &rpc, ttl, |mut c, r| async move {
+                c.vote(r).await
+            })
             .await?)
     }
 
@@ -182,7 +205,9 @@ impl RaftNetworkV2<C> for PeerClient {
     ) -> Result<VoteResponse<C>, RPCError<C>> {
         let ttl = option.hard_ttl();
         Ok(self
-            .unary(&rpc, ttl, |mut c, r| async move { c.pre_vote(r).await })
+            .unary(&self.network.control, &rpc, ttl, |mut c, r| async move {
+                c.pre_vote(r).await
+            })
             .await?)
     }
 
@@ -227,8 +252,8 @@ impl RaftNetworkV2<C> for PeerClient {
             }
         });
         let chunks = futures::StreamExt::chain(futures::stream::iter([first]), rest);
-        let mut client = self.client()?;
-        let request = with_secret(chunks, &self.secret);
+        let mut client = self.client(&self.network.replication)?;
+        let request = with_secret(chunks, &self.network.secret);
         let send = client.install_snapshot(request);
         let ttl = option.hard_ttl().max(Duration::from_secs(30));
         let response = tokio::select! {

@@ -13,6 +13,12 @@
 //! time ([`LedgerNode::settle_time`]): a node that restarted knows the last stamp on its
 //! disk but not how long ago it was made, and a peer that kept running does; when none
 //! kept running, their wall clocks are the only witnesses of the outage (`real_time`).
+//!
+//! Every client call is admitted first (`admission`): on the node the caller reached and,
+//! when forwarded, again on the leader, whose limit is the one that protects Raft. A call
+//! turned away on either is answered `RESOURCE_EXHAUSTED` with a suggested wait. Forwarded
+//! calls travel on connections of their own, never on those that carry Raft's messages
+//! (see `network`).
 
 use std::time::Duration;
 
@@ -25,10 +31,11 @@ use ledger_proto::pb;
 use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{LedgerReader, Raft};
 
+use crate::admission::Admission;
 use crate::error::NodeError;
 use crate::ledger_time::{LedgerTime, PeerAnswer};
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
-use crate::proposer::Proposer;
+use crate::proposer::{approx_bytes, Proposer};
 use crate::wire::{self, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
 
 /// How long to wait for a leader to be elected before telling the caller to retry.
@@ -40,6 +47,9 @@ const FORWARD_TIMEOUT_MS: u64 = 10_000;
 /// Longest wait for the peers' answers about ledger time; a peer that does not answer in
 /// time is left out.
 const PEER_TIME_TIMEOUT_MS: u64 = 500;
+/// What a read counts for against the bytes a node admits: its request is small, and its
+/// answer is bounded by the page size.
+const READ_ADMITTED_BYTES: usize = 4 << 10;
 
 /// The parts of a node the services share.
 #[derive(Clone)]
@@ -53,6 +63,8 @@ pub struct LedgerNode {
     /// Ledger time on this node: what stamps commands and judges what is due.
     pub time: LedgerTime,
     proposer: Proposer,
+    admission: Admission,
+    /// Connections for forwarded calls and administration, apart from Raft's.
     channels: Channels,
     secret: std::sync::Arc<str>,
     /// Held while the peers are asked about ledger time, so that they are asked once.
@@ -60,13 +72,16 @@ pub struct LedgerNode {
 }
 
 impl LedgerNode {
-    /// Assembles a node from its running parts.
+    /// Assembles a node from its running parts. `channels` carry forwarded calls; they
+    /// must not be the ones Raft's messages use.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: u64,
         raft: Raft,
         reader: LedgerReader,
         time: LedgerTime,
         proposer: Proposer,
+        admission: Admission,
         channels: Channels,
         secret: &str,
     ) -> Self {
@@ -76,6 +91,7 @@ impl LedgerNode {
             reader,
             time,
             proposer,
+            admission,
             channels,
             secret: secret.into(),
             asking_peers: Default::default(),
@@ -83,7 +99,10 @@ impl LedgerNode {
     }
 
     /// Applies `command` through Raft wherever the leader is, and returns its outcome.
+    /// Fails with `Overloaded`, having proposed nothing, when this node or the leader
+    /// admits no more calls.
     pub async fn submit(&self, command: Command) -> Result<Outcome, NodeError> {
+        let _admitted = self.admission.admit(approx_bytes(&command))?;
         let mut last = NodeError::Unavailable("no attempt made".into());
         for _ in 0..ROUTE_ATTEMPTS {
             let leader = self.wait_for_leader().await?;
@@ -157,8 +176,10 @@ impl LedgerNode {
         self.time.peers_asked();
     }
 
-    /// Serves a read linearizably, at the leader.
+    /// Serves a read linearizably, at the leader. Fails with `Overloaded` when this node
+    /// or the leader admits no more calls.
     pub async fn read(&self, request: ReadRequest) -> Result<ReadResponse, NodeError> {
+        let _admitted = self.admission.admit(READ_ADMITTED_BYTES)?;
         let mut last = NodeError::Unavailable("no attempt made".into());
         for _ in 0..ROUTE_ATTEMPTS {
             let leader = self.wait_for_leader().await?;
@@ -193,6 +214,11 @@ impl LedgerNode {
                 return ForwardResponse::NotLeader(self.current_leader());
             }
             ForwardRequest::Commands(commands) => {
+                let bytes = commands.iter().map(approx_bytes).sum();
+                let _admitted = match self.admission.admit(bytes) {
+                    Ok(admitted) => admitted,
+                    Err(e) => return forward_error(e),
+                };
                 self.settle_time().await;
                 let proposals = commands.into_iter().map(|c| self.proposer.propose(c));
                 futures::future::join_all(proposals)
@@ -201,13 +227,15 @@ impl LedgerNode {
                     .collect::<Result<Vec<_>, _>>()
                     .map(ForwardResponse::Outcomes)
             }
-            ForwardRequest::Read(read) => self.read_local(&read).await.map(ForwardResponse::Read),
+            ForwardRequest::Read(read) => {
+                let _admitted = match self.admission.admit(READ_ADMITTED_BYTES) {
+                    Ok(admitted) => admitted,
+                    Err(e) => return forward_error(e),
+                };
+                self.read_local(&read).await.map(ForwardResponse::Read)
+            }
         };
-        match result {
-            Ok(response) => response,
-            Err(NodeError::NotLeader(leader)) => ForwardResponse::NotLeader(leader),
-            Err(e) => ForwardResponse::Unavailable(e.to_string()),
-        }
+        result.unwrap_or_else(forward_error)
     }
 
     async fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, NodeError> {
@@ -252,6 +280,10 @@ impl LedgerNode {
         match response {
             ForwardResponse::NotLeader(l) => Err(NodeError::NotLeader(l)),
             ForwardResponse::Unavailable(m) => Err(NodeError::Unavailable(m)),
+            ForwardResponse::Overloaded { retry_after_ms } => Err(NodeError::Overloaded {
+                what: format!("leader {leader} admits no more calls"),
+                retry_after_ms,
+            }),
             other => Ok(other),
         }
     }
@@ -264,6 +296,11 @@ impl LedgerNode {
     /// The current leader as this node knows it.
     pub fn current_leader(&self) -> Option<u64> {
         self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// The current term as this node knows it; every election raises it.
+    pub fn current_term(&self) -> u64 {
+        self.raft.metrics().borrow_watched().current_term
     }
 
     /// The advertised address of a cluster member.
@@ -293,6 +330,17 @@ impl LedgerNode {
                 "no leader elected within {LEADER_WAIT_MS} ms"
             ))),
         }
+    }
+}
+
+/// How a failure to serve a forwarded call is told to the follower.
+fn forward_error(e: NodeError) -> ForwardResponse {
+    match e {
+        NodeError::NotLeader(leader) => ForwardResponse::NotLeader(leader),
+        NodeError::Overloaded { retry_after_ms, .. } => {
+            ForwardResponse::Overloaded { retry_after_ms }
+        }
+        e => ForwardResponse::Unavailable(e.to_string()),
     }
 }
 

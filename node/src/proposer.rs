@@ -30,6 +30,7 @@ struct Pending {
 pub struct Proposer {
     tx: mpsc::Sender<Pending>,
     timeout_ms: u64,
+    retry_after_ms: u64,
 }
 
 impl Proposer {
@@ -40,6 +41,7 @@ impl Proposer {
         Proposer {
             tx,
             timeout_ms: settings.request_timeout_ms,
+            retry_after_ms: settings.overloaded_retry_after_ms,
         }
     }
 
@@ -51,7 +53,10 @@ impl Proposer {
         self.tx
             .try_send(Pending { command, reply })
             .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => NodeError::Overloaded(self.tx.max_capacity()),
+                mpsc::error::TrySendError::Full(_) => NodeError::Overloaded {
+                    what: format!("{} commands waiting for a batch", self.tx.max_capacity()),
+                    retry_after_ms: self.retry_after_ms,
+                },
                 mpsc::error::TrySendError::Closed(_) => {
                     NodeError::Internal("proposer stopped".into())
                 }
@@ -128,9 +133,9 @@ async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
     }
 }
 
-/// A cheap upper estimate of a command's encoded size, to bound an entry without
-/// encoding it twice.
-fn approx_bytes(command: &Command) -> usize {
+/// A cheap upper estimate of a command's encoded size, to bound an entry (and the bytes a
+/// node admits) without encoding it twice.
+pub(crate) fn approx_bytes(command: &Command) -> usize {
     const FIXED: usize = 512;
     FIXED
         + match &command.body {

@@ -96,4 +96,10 @@ pub enum ForwardResponse {
     },
     /// What the receiver knows of time.
     Clocks(PeerClocks),
+    /// The receiver (the leader) admits no more calls now; nothing of this one was
+    /// proposed. Retry after `retry_after_ms`.
+    Overloaded {
+        /// The suggested wait.
+        retry_after_ms: u64,
+    },
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod report;
 
 use clap::{Parser, ValueEnum};
-use ledger_client::{ClientError, LedgerClient, RetryPolicy};
+use ledger_client::{ClientError, LedgerClient, OverloadPolicy, RetryPolicy};
 use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Report, ToolRef};
 use report::{Failure, Preloaded, Samples, Summary};
 
@@ -57,11 +57,14 @@ struct Options {
     /// Skip the reference row (leader RPC), which otherwise runs for half of `--seconds`.
     #[arg(long)]
     no_reference: bool,
-    /// Attempts per call, the first included; with 1 every back-pressure answer is counted
-    /// instead of being retried by the client library.
+    /// Attempts per call, the first included (leader changes, unreachable nodes).
     #[arg(long, default_value_t = RetryPolicy::default().attempts,
           value_parser = clap::value_parser!(u32).range(1..))]
     attempts: u32,
+    /// Longest total wait on a node's "overloaded, try later" answers per call, as the
+    /// client library waits them out; 0 counts every such answer instead.
+    #[arg(long, default_value_t = OverloadPolicy::default().wait_ms_max)]
+    overload_wait_ms: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -88,18 +91,16 @@ fn parse_tool(value: &str) -> Result<ToolRef, String> {
     })
 }
 
-/// Back-pressure is `RESOURCE_EXHAUSTED`, seen directly, or as the last answer after the
-/// client library's retries ran out (which keeps only the node's message, whose
-/// `overloaded` prefix the node gives exactly that status).
+/// Back-pressure is the client library's "overloaded, try later" (the node's
+/// `RESOURCE_EXHAUSTED` with a retry hint, waited out as long as `--overload-wait-ms`
+/// allows), or a bare `RESOURCE_EXHAUSTED` status.
 fn classify(error: &ClientError) -> Failure {
     match error {
-        ClientError::Status {
+        ClientError::Overloaded { .. }
+        | ClientError::Status {
             code: tonic::Code::ResourceExhausted,
             ..
         } => Failure::BackPressure,
-        ClientError::Unavailable { last, .. } if last.starts_with("overloaded") => {
-            Failure::BackPressure
-        }
         _ => Failure::Other,
     }
 }
@@ -195,7 +196,11 @@ async fn run(o: Options) -> Result<(), String> {
         attempts: o.attempts,
         ..RetryPolicy::default()
     };
-    let client = LedgerClient::with_retry(o.endpoints.clone(), &o.api_key, retry)
+    let overload = OverloadPolicy {
+        wait_ms_max: o.overload_wait_ms,
+        ..OverloadPolicy::default()
+    };
+    let client = LedgerClient::with_policies(o.endpoints.clone(), &o.api_key, retry, overload)
         .map_err(|e| e.to_string())?;
     client.find_leader().await;
     let run_id = SystemTime::now()
@@ -369,16 +374,16 @@ mod tests {
             code: tonic::Code::ResourceExhausted,
             message: "overloaded: 4096 commands waiting".into(),
         };
-        let after_retries = ClientError::Unavailable {
-            attempts: 10,
-            last: "overloaded: 4096 commands waiting".into(),
+        let after_waiting = ClientError::Overloaded {
+            retry_after_ms: 100,
+            waited_ms: 10_000,
         };
         let down = ClientError::Unavailable {
             attempts: 10,
             last: "no leader available: election".into(),
         };
         assert_eq!(classify(&direct), Failure::BackPressure);
-        assert_eq!(classify(&after_retries), Failure::BackPressure);
+        assert_eq!(classify(&after_waiting), Failure::BackPressure);
         assert_eq!(classify(&down), Failure::Other);
     }
 

@@ -1,0 +1,272 @@
+//! Back-off on overload: a node that answers `RESOURCE_EXHAUSTED` with `retry-after-ms` is
+//! waited out as it suggests, within the client's budget, and a quota refusal with the same
+//! code is not retried. The node here is a fake ledger service in process that turns away
+//! the first calls and records when each call arrived.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+use ledger_client::transport::{OverloadPolicy, RETRY_AFTER_MS_METADATA};
+use ledger_client::{ClientError, LedgerClient, RetryPolicy};
+use ledger_core::{EffectKey, Quota, Refusal};
+use ledger_proto::pb;
+use ledger_proto::pb::ledger_server::{Ledger, LedgerServer};
+
+/// How the fake node answers `get`: the first `overloaded` calls are turned away with
+/// `hint_ms` (or refused for quota when `quota`), later ones find no such effect.
+#[derive(Clone)]
+struct FakeNode {
+    overloaded: usize,
+    hint_ms: u64,
+    quota: bool,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl FakeNode {
+    fn answer(&self, key: EffectKey) -> Status {
+        let mut arrivals = self.arrivals.lock().unwrap();
+        arrivals.push(Instant::now());
+        if self.quota {
+            return ledger_proto::refusal_to_status(&Refusal::QuotaExceeded {
+                what: Quota::LiveRecords,
+                used: 10,
+                requested: 1,
+                limit: 10,
+            });
+        }
+        if arrivals.len() <= self.overloaded {
+            let mut status = Status::resource_exhausted("overloaded");
+            status.metadata_mut().insert(
+                RETRY_AFTER_MS_METADATA,
+                self.hint_ms.to_string().parse().unwrap(),
+            );
+            return status;
+        }
+        ledger_proto::refusal_to_status(&Refusal::UnknownEffect(key))
+    }
+}
+
+/// The answer to every call but `get`.
+fn unimplemented() -> Status {
+    Status::unimplemented("not in this fake")
+}
+
+#[tonic::async_trait]
+impl Ledger for FakeNode {
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let key = EffectKey::try_from(request.into_inner())
+            .map_err(|_| Status::invalid_argument("key"))?;
+        Err(self.answer(key))
+    }
+
+    async fn declare(
+        &self,
+        _: Request<pb::DeclareRequest>,
+    ) -> Result<Response<pb::DeclareResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn claim(
+        &self,
+        _: Request<pb::ClaimRequest>,
+    ) -> Result<Response<pb::ClaimResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn heartbeat(
+        &self,
+        _: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn report(
+        &self,
+        _: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn begin_reconcile(
+        &self,
+        _: Request<pb::BeginReconcileRequest>,
+    ) -> Result<Response<pb::BeginReconcileResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn observe(
+        &self,
+        _: Request<pb::ObserveRequest>,
+    ) -> Result<Response<pb::ObserveResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn decide(
+        &self,
+        _: Request<pb::DecideRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn amend(
+        &self,
+        _: Request<pb::AmendRequest>,
+    ) -> Result<Response<pb::AmendResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn list(
+        &self,
+        _: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        Err(unimplemented())
+    }
+}
+
+/// A fake node served on loopback until dropped.
+struct Served {
+    addr: String,
+    node: FakeNode,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn serve(overloaded: usize, hint_ms: u64, quota: bool) -> Served {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let node = FakeNode {
+        overloaded,
+        hint_ms,
+        quota,
+        arrivals: Default::default(),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(LedgerServer::new(node.clone()))
+        .serve_with_shutdown(addr.parse().unwrap(), async {
+            let _ = stopped.await;
+        });
+    tokio::spawn(server);
+    // Wait until it accepts connections.
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Served {
+        addr,
+        node,
+        _stop: stop,
+    }
+}
+
+fn client(served: &Served, overload: OverloadPolicy) -> LedgerClient {
+    let retry = RetryPolicy {
+        attempts: 1,
+        ..RetryPolicy::default()
+    };
+    LedgerClient::with_policies(
+        vec![served.addr.clone()],
+        "any-key-0000000001",
+        retry,
+        overload,
+    )
+    .unwrap()
+}
+
+fn key() -> EffectKey {
+    EffectKey::new("acme", "tests", "k1")
+}
+
+/// Gaps (ms) between consecutive arrivals.
+fn gaps_ms(served: &Served) -> Vec<u128> {
+    let arrivals = served.node.arrivals.lock().unwrap();
+    arrivals
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overloaded_calls_wait_the_hint_and_are_retried_without_spending_attempts() {
+    let served = serve(3, 150, false).await;
+    // One attempt only: overload answers must not spend it.
+    let client = client(&served, OverloadPolicy::default());
+    assert_eq!(client.get(key()).await.unwrap(), None);
+    let gaps = gaps_ms(&served);
+    assert_eq!(gaps.len(), 3, "three overload answers, then the answer");
+    for gap in gaps {
+        // The hint, plus at most half of it again; the upper bound is loose for slow hosts.
+        assert!(
+            (150..2_000).contains(&gap),
+            "waited {gap} ms after a 150 ms hint"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_hint_is_capped_by_the_policy() {
+    let served = serve(1, 60_000, false).await;
+    let overload = OverloadPolicy {
+        hint_ms_max: 100,
+        ..OverloadPolicy::default()
+    };
+    assert_eq!(client(&served, overload).get(key()).await.unwrap(), None);
+    let gaps = gaps_ms(&served);
+    assert_eq!(gaps.len(), 1);
+    assert!((100..10_000).contains(&gaps[0]), "waited {} ms", gaps[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_overload_budget_is_a_typed_try_later() {
+    let served = serve(usize::MAX, 100, false).await;
+    let overload = OverloadPolicy {
+        wait_ms_max: 400,
+        ..OverloadPolicy::default()
+    };
+    match client(&served, overload).get(key()).await {
+        Err(ClientError::Overloaded {
+            retry_after_ms,
+            waited_ms,
+        }) => {
+            assert_eq!(retry_after_ms, 100);
+            assert!((200..=400).contains(&waited_ms), "waited {waited_ms} ms");
+        }
+        other => panic!("expected overloaded, got {other:?}"),
+    }
+    // Waits of 100-150 ms within 400 ms: two to four waits, so three to five tries.
+    let tries = served.node.arrivals.lock().unwrap().len();
+    assert!((3..=5).contains(&tries), "{tries} tries");
+
+    let served = serve(usize::MAX, 100, false).await;
+    let no_wait = OverloadPolicy {
+        wait_ms_max: 0,
+        ..OverloadPolicy::default()
+    };
+    assert!(matches!(
+        client(&served, no_wait).get(key()).await,
+        Err(ClientError::Overloaded { waited_ms: 0, .. })
+    ));
+    assert_eq!(served.node.arrivals.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_refusal_is_final_not_overload() {
+    let served = serve(0, 100, true).await;
+    match client(&served, OverloadPolicy::default()).get(key()).await {
+        Err(ClientError::Refused(Refusal::QuotaExceeded { limit: 10, .. })) => {}
+        other => panic!("expected a quota refusal, got {other:?}"),
+    }
+    assert_eq!(served.node.arrivals.lock().unwrap().len(), 1);
+}
