@@ -201,28 +201,28 @@ impl pb::admin_server::Admin for AdminService {
             ServerState::Learner => "learner",
             ServerState::Shutdown => "shutdown",
         };
-        let (records_by_state, ledger_clock_ms, state_digest, state_digest_index) = self
+        let unreadable = |e| Status::unavailable(format!("ledger state unreadable: {e}"));
+        let (records_by_state, ledger_clock_ms) = self
             .node
             .reader
-            .read_at(|l, applied| {
+            .read(|l| {
                 let counts = l
                     .counts()
                     .into_iter()
                     .map(|(s, n)| (s.as_str().to_owned(), n as u64))
                     .collect();
-                let digest = if with_digest {
-                    l.state_digest().to_vec()
-                } else {
-                    Vec::new()
-                };
-                (
-                    counts,
-                    l.clock_ms(),
-                    digest,
-                    applied.filter(|_| with_digest),
-                )
+                (counts, l.clock_ms())
             })
-            .map_err(|e| Status::unavailable(format!("ledger state unreadable: {e}")))?;
+            .map_err(unreadable)?;
+        let (state_digest, state_digest_index) = if with_digest {
+            let reader = self.node.reader.clone();
+            let (digest, applied) = ledger_raft_store::blocking(move || reader.state_digest())
+                .await
+                .map_err(unreadable)?;
+            (digest.to_vec(), applied)
+        } else {
+            (Vec::new(), None)
+        };
         let members = self.membership(None);
         Ok(Response::new(pb::StatusResponse {
             node_id: self.node.id,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use ledger_core::store::{Pair, Store, Table};
 
-use crate::disk::{DiskRef, Keyspace, WriteBatch};
+use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
 
 /// Largest page read from the disk by one scan step.
@@ -251,6 +251,81 @@ impl Store for DiskStore {
         self.latch(format!(
             "{what} in table {table:?} under {key:?} does not decode"
         ));
+    }
+}
+
+/// One generation's tables in a point-in-time [`DiskView`], for reading the whole state
+/// (a digest) without holding applies back. Read-only.
+pub struct ViewStore {
+    view: Box<dyn DiskView>,
+    generation: u8,
+    fault: Mutex<Option<String>>,
+}
+
+impl ViewStore {
+    /// `generation` as `view` shows it.
+    pub(crate) fn new(view: Box<dyn DiskView>, generation: u8) -> ViewStore {
+        ViewStore {
+            view,
+            generation,
+            fault: Mutex::default(),
+        }
+    }
+
+    /// The damage found while reading, if any.
+    pub(crate) fn fault(&self) -> Option<StoreError> {
+        let fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        fault.clone().map(StoreError::Damaged)
+    }
+
+    fn latch(&self, what: String) {
+        let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        fault.get_or_insert(what);
+    }
+}
+
+impl Store for ViewStore {
+    fn get(&self, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+        let at = disk_key(self.generation, table, key);
+        let mut end = at.clone();
+        end.push(0);
+        match self.view.range(&at, Some(&end), 1) {
+            Ok(pairs) => pairs.into_iter().next().map(|(_, v)| v),
+            Err(e) => {
+                self.latch(format!("reading {table:?} {key:?}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn scan(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
+        let start = disk_key(self.generation, table, from);
+        let end = match to {
+            Some(to) => disk_key(self.generation, table, to),
+            None => vec![self.generation, table.id() + 1],
+        };
+        match self.view.range(&start, Some(&end), limit) {
+            Ok(pairs) => pairs
+                .into_iter()
+                .map(|(mut k, v)| (k.split_off(2), v))
+                .collect(),
+            Err(e) => {
+                self.latch(format!("reading table {table:?}: {e}"));
+                Vec::new()
+            }
+        }
+    }
+
+    fn put(&mut self, table: Table, _key: Vec<u8>, _value: Vec<u8>) {
+        unreachable!("a view of {table:?} is read-only");
+    }
+
+    fn delete(&mut self, table: Table, _key: &[u8]) {
+        unreachable!("a view of {table:?} is read-only");
+    }
+
+    fn corrupt(&self, table: Table, key: &[u8], what: &str) {
+        self.latch(format!("{what} in table {table:?} under {key:?} does not decode"));
     }
 }
 

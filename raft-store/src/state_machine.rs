@@ -27,7 +27,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use crate::disk::{DiskRef, Keyspace, WriteBatch};
 use crate::error::StoreError;
-use crate::ledger_store::{generation_range, DiskStore};
+use crate::ledger_store::{generation_range, DiskStore, ViewStore};
 use crate::runtime::blocking;
 use crate::snapshot::{
     clear_other_generations, install, put_applied, read_applied, read_generation, SnapshotSpool,
@@ -173,6 +173,27 @@ impl LedgerReader {
     /// The index of the last applied entry.
     pub fn last_applied_index(&self) -> Option<u64> {
         self.last_applied().map(|log_id| log_id.index())
+    }
+
+    /// The state digest ([`Ledger::state_digest`]) and the index of the last entry it
+    /// reflects, computed from a point-in-time view without holding applies back
+    /// (blocking: reads the whole state).
+    pub fn state_digest(&self) -> Result<([u8; 32], Option<u64>), StoreError> {
+        let (view, generation, applied) = {
+            let applied = self.lock()?;
+            let store = applied.ledger.store();
+            (
+                store.disk().view(Keyspace::State)?,
+                store.generation(),
+                applied.last_applied.as_ref().map(|l| l.index()),
+            )
+        };
+        let ledger = Ledger::on(ViewStore::new(view, generation));
+        let digest = ledger.state_digest();
+        match ledger.store().fault() {
+            Some(fault) => Err(fault),
+            None => Ok((digest, applied)),
+        }
     }
 
     /// A spool to receive a snapshot stream into, on this node's disk.
