@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use ledger_node::config::{NodeConfig, StorageKind};
-use ledger_raft_store::{DiskRef, RocksDisk, SimDisk};
+use ledger_node::RunError;
+use ledger_raft_store::{DiskRef, RocksDisk, SimDisk, StoreError};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -54,7 +55,19 @@ async fn serve(config: NodeConfig) -> Result<(), String> {
     };
     ledger_node::run(config, disk, shutdown_signal())
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| match &e {
+            // Never served, never repaired in place: the way back is a fresh member.
+            RunError::Storage(store)
+                if store.is_damaged_data()
+                    && !matches!(store, StoreError::UnsupportedFormat { .. }) =>
+            {
+                format!(
+                    "{e}; the node refuses to start on damaged data: wipe its data \
+                     directory and add it back to the cluster as a new member"
+                )
+            }
+            _ => e.to_string(),
+        })
 }
 
 /// Resolves on SIGINT or SIGTERM.

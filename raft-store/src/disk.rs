@@ -9,7 +9,11 @@
 //! Two implementations pass one conformance suite ([`conformance`]):
 //! - `RocksDisk` (not in the simulation build): RocksDB, one column family per keyspace;
 //! - [`SimDisk`]: in memory, keeps synced and unsynced writes apart so that a simulated
-//!   power failure can drop what was never synced.
+//!   power failure can drop what was never synced, tear the last write, or flip a bit of
+//!   synced data.
+//!
+//! A disk stores bytes and nothing more; checking them is the storage code's job: every
+//! value carries a checksum (`codec`), so a torn or flipped value is caught when read.
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,7 +25,7 @@ mod sim;
 
 #[cfg(not(madsim))]
 pub use rocks::{RocksDisk, RocksOptions};
-pub use sim::{PowerFailure, SimDisk};
+pub use sim::{BitFlip, PowerFailure, SimDisk, TornValue, TornWrite};
 
 /// A separately ordered key space on a disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,7 +7,9 @@
 //! scans merge the two in key order. Nothing reaches the disk until the state machine
 //! takes the pending writes into a [`WriteBatch`] together with the applied log id.
 //!
-//! A read the disk cannot serve (an engine error, a value whose checksum does not match)
+//! Every value carries the same CRC-32C as the other stored records (`codec`), checked
+//! on every read. A read the disk cannot serve (an engine error, a value whose checksum
+//! does not match)
 //! latches a fault and answers "absent" to the ledger, as [`Store`] requires; the state
 //! machine then discards everything computed since and stops, and readers get the error
 //! instead of an answer. The latch is sticky: a node that found damage serves nothing
@@ -19,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use ledger_core::store::{Pair, Store, Table};
 
+use crate::codec::{seal, unseal};
 use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
 
@@ -64,6 +67,25 @@ pub(crate) fn disk_key(generation: u8, table: Table, key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A stored value without its checksum, or what is wrong with it.
+pub(crate) fn opened(stored: &[u8]) -> Result<Vec<u8>, String> {
+    unseal(stored)
+        .map(<[u8]>::to_vec)
+        .map_err(|damage| format!("value is corrupt: {damage}"))
+}
+
+/// Pairs read from the `state` keyspace: keys without the generation and table bytes,
+/// values checked and without their checksums.
+pub(crate) fn opened_pairs(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Pair>, String> {
+    pairs
+        .into_iter()
+        .map(|(mut k, v)| {
+            let value = opened(&v).map_err(|e| format!("{e} under {k:?}"))?;
+            Ok((k.split_off(2), value))
+        })
+        .collect()
+}
+
 /// The key range of a whole generation.
 pub(crate) fn generation_range(generation: u8) -> (Vec<u8>, Vec<u8>) {
     (vec![generation], vec![generation + 1])
@@ -100,7 +122,7 @@ impl DiskStore {
                 cache.insert((table, key), value.clone());
             }
             match value {
-                Some(value) => batch.put(Keyspace::State, at, value),
+                Some(value) => batch.put(Keyspace::State, at, seal(value)),
                 None => batch.delete(Keyspace::State, at),
             };
         }
@@ -134,11 +156,13 @@ impl DiskStore {
             Some(to) => disk_key(self.generation, table, to),
             None => vec![self.generation, table.id() + 1],
         };
-        match self.disk.range(Keyspace::State, &start, Some(&end), limit) {
-            Ok(pairs) => pairs
-                .into_iter()
-                .map(|(mut k, v)| (k.split_off(2), v))
-                .collect(),
+        let page = self
+            .disk
+            .range(Keyspace::State, &start, Some(&end), limit)
+            .map_err(|e| e.to_string())
+            .and_then(opened_pairs);
+        match page {
+            Ok(pairs) => pairs,
             Err(e) => {
                 self.latch(format!("reading table {table:?}: {e}"));
                 Vec::new()
@@ -159,10 +183,12 @@ impl Store for DiskStore {
                 return value.clone();
             }
         }
-        match self
+        let read = self
             .disk
             .get(Keyspace::State, &disk_key(self.generation, table, key))
-        {
+            .map_err(|e| e.to_string())
+            .and_then(|value| value.map(|v| opened(&v)).transpose());
+        match read {
             Ok(value) => {
                 if cached(table) {
                     let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -289,7 +315,12 @@ impl Store for ViewStore {
         let at = disk_key(self.generation, table, key);
         let mut end = at.clone();
         end.push(0);
-        match self.view.range(&at, Some(&end), 1) {
+        match self
+            .view
+            .range(&at, Some(&end), 1)
+            .map_err(|e| e.to_string())
+            .and_then(opened_pairs)
+        {
             Ok(pairs) => pairs.into_iter().next().map(|(_, v)| v),
             Err(e) => {
                 self.latch(format!("reading {table:?} {key:?}: {e}"));
@@ -304,11 +335,13 @@ impl Store for ViewStore {
             Some(to) => disk_key(self.generation, table, to),
             None => vec![self.generation, table.id() + 1],
         };
-        match self.view.range(&start, Some(&end), limit) {
-            Ok(pairs) => pairs
-                .into_iter()
-                .map(|(mut k, v)| (k.split_off(2), v))
-                .collect(),
+        match self
+            .view
+            .range(&start, Some(&end), limit)
+            .map_err(|e| e.to_string())
+            .and_then(opened_pairs)
+        {
+            Ok(pairs) => pairs,
             Err(e) => {
                 self.latch(format!("reading table {table:?}: {e}"));
                 Vec::new()
@@ -325,7 +358,9 @@ impl Store for ViewStore {
     }
 
     fn corrupt(&self, table: Table, key: &[u8], what: &str) {
-        self.latch(format!("{what} in table {table:?} under {key:?} does not decode"));
+        self.latch(format!(
+            "{what} in table {table:?} under {key:?} does not decode"
+        ));
     }
 }
 

@@ -50,9 +50,13 @@ pub use snapshot::{SnapshotData, SnapshotSpool};
 pub use state_machine::{LedgerReader, LedgerStateMachine, StoredLedger};
 pub use types::{LedgerRequest, LedgerResponse, Raft, TypeConfig};
 
-/// Opens the Raft log store and the state machine on one disk. The state machine resumes
-/// at the position kept on the disk; openraft re-applies the committed log after it.
+/// Opens the Raft log store and the state machine on one disk. The log store opens
+/// first: it checks the storage format and recovers the log after a power failure (see
+/// [`log_store`]). The state machine resumes at the position kept on the disk; openraft
+/// re-applies the committed log after it. Damaged data fails the open with an error
+/// naming it ([`StoreError::is_damaged_data`]).
 pub async fn open(disk: DiskRef) -> Result<(RaftLogStore, LedgerStateMachine), StoreError> {
-    let state_machine = LedgerStateMachine::open(disk.clone()).await?;
-    Ok((RaftLogStore::new(disk), state_machine))
+    let log_store = RaftLogStore::open(disk.clone()).await?;
+    let state_machine = LedgerStateMachine::open(disk).await?;
+    Ok((log_store, state_machine))
 }

@@ -1,8 +1,8 @@
 //! The Raft log and vote, on a [`Disk`](crate::disk::Disk).
 //!
 //! Entries live in [`Keyspace::Log`] under their big-endian index, so key order is log
-//! order; the vote, the committed log id and the last purged log id live in
-//! [`Keyspace::Meta`]. Durability follows openraft's contract:
+//! order; the vote, the committed log id, the last purged log id and the log's end live
+//! in [`Keyspace::Meta`]. Durability follows openraft's contract:
 //! - `append` writes all given entries in one batch and syncs once before reporting
 //!   them flushed (group commit: never one fsync per entry);
 //! - `save_vote`, `truncate_after` and `purge` sync before returning;
@@ -11,7 +11,10 @@
 //!   synced write, and losing its latest value to a power failure only means re-applying
 //!   less.
 //!
-//! All writes are serialised by openraft (one log writer), which the disk trait relies on.
+//! A store is opened with [`RaftLogStore::open`], which checks the storage format and
+//! recovers the log after a power failure ([`recovery`]: a torn tail is cut, damage is
+//! refused). All writes are serialised by openraft (one log writer), which the disk trait
+//! relies on.
 
 use std::fmt::Debug;
 use std::io;
@@ -32,6 +35,13 @@ use crate::types::{Entry, LedgerRequestV1, LogId, TypeConfig, Vote};
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";
 const LAST_PURGED_KEY: &[u8] = b"last_purged";
+/// The last index written by an append (or left by a truncation) whose batch reached the
+/// disk whole; see [`recovery`].
+const LOG_END_KEY: &[u8] = b"log_end";
+
+mod recovery;
+
+pub use recovery::STORAGE_FORMAT;
 
 /// Sorts after every 8-byte key, so `[key, LOG_KEY_END)` reaches the end of the log.
 const LOG_KEY_END: [u8; 9] = [0xFF; 9];
@@ -77,9 +87,25 @@ enum StoredLogId {
     V1(LogId),
 }
 
+/// The stored end of the log, versioned: `None` when no entry is covered.
+#[derive(Serialize, Deserialize)]
+enum StoredLogEnd {
+    V1(Option<u64>),
+}
+
+fn decode_log_end(bytes: &[u8]) -> Result<Option<u64>, StoreError> {
+    let StoredLogEnd::V1(end) =
+        decode(bytes, "log end").map_err(|e| e.at(Keyspace::Meta, LOG_END_KEY))?;
+    Ok(end)
+}
+
+fn encode_log_end(end: Option<u64>) -> Result<Vec<u8>, StoreError> {
+    encode(&StoredLogEnd::V1(end), "log end")
+}
+
 /// Decodes the entry stored under `key` and checks it sits where its index says.
 fn decode_entry(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
-    let entry = match decode(bytes, "log entry")? {
+    let entry = match decode(bytes, "log entry").map_err(|e| e.at(Keyspace::Log, key))? {
         StoredEntry::V1(old) => upgrade_v1(old),
         StoredEntry::V2(entry) => entry,
     };
@@ -121,9 +147,20 @@ impl Debug for RaftLogStore {
 }
 
 impl RaftLogStore {
-    /// A log store on `disk`; it reads whatever log the disk already holds.
+    /// A log store on `disk` as it is, without checking or recovering it: for a disk
+    /// [`RaftLogStore::open`] has already opened (the store is then shared).
     pub fn new(disk: DiskRef) -> Self {
         RaftLogStore { disk }
+    }
+
+    /// Opens the log store on `disk`: checks the storage format (a fresh disk is stamped
+    /// with the current one), cuts a torn tail left by a power failure, and verifies
+    /// every stored log record. Damage it cannot prove harmless is an error naming it
+    /// (see [`recovery`]); the node must then not start on this disk.
+    pub async fn open(disk: DiskRef) -> Result<Self, StoreError> {
+        let recovering = disk.clone();
+        blocking(move || recovery::recover(&recovering)).await?;
+        Ok(RaftLogStore { disk })
     }
 
     async fn read_meta<T: Send + 'static>(
@@ -133,7 +170,9 @@ impl RaftLogStore {
     ) -> Result<Option<T>, StoreError> {
         let disk = self.disk.clone();
         let bytes = blocking(move || disk.get(Keyspace::Meta, key)).await?;
-        bytes.map(|bytes| decode_value(&bytes)).transpose()
+        bytes
+            .map(|bytes| decode_value(&bytes).map_err(|e| e.at(Keyspace::Meta, key)))
+            .transpose()
     }
 
     async fn read_log_id(&self, key: &'static [u8]) -> Result<Option<LogId>, StoreError> {
@@ -214,13 +253,19 @@ impl RaftLogStore {
         entries: impl IntoIterator<Item = Entry>,
     ) -> Result<Result<(), DiskError>, StoreError> {
         let mut batch = WriteBatch::new();
+        let mut last = None;
         for entry in entries {
             let key = log_key(entry.index());
+            last = Some(entry.index());
             batch.put(
                 Keyspace::Log,
                 key,
                 encode(&StoredEntry::V2(entry), "log entry")?,
             );
+        }
+        // Last in the batch: present and whole only if every entry before it is.
+        if last.is_some() {
+            batch.put(Keyspace::Meta, LOG_END_KEY, encode_log_end(last)?);
         }
         let disk = self.disk.clone();
         // A failed write means the entries are not readable: that is this call's error.
@@ -327,8 +372,16 @@ impl RaftLogStorage<TypeConfig> for RaftLogStore {
                 None => return Ok(()),
             },
         };
+        // The end only moves back: raising it past entries on disk would let a later
+        // torn append pass for a whole one.
+        let end = self.read_meta(LOG_END_KEY, decode_log_end).await?.flatten();
+        let end = end
+            .zip(from.checked_sub(1))
+            .map(|(end, kept)| end.min(kept));
         let mut batch = WriteBatch::new();
-        batch.delete_range(Keyspace::Log, log_key(from), LOG_KEY_END);
+        batch
+            .delete_range(Keyspace::Log, log_key(from), LOG_KEY_END)
+            .put(Keyspace::Meta, LOG_END_KEY, encode_log_end(end)?);
         Ok(self.write_synced(batch).await?)
     }
 

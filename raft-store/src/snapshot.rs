@@ -29,10 +29,10 @@ use ledger_core::snapshot::{put_frame, Frames, Restore, HEADER};
 use ledger_core::store::Table;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode, encode};
+use crate::codec::{decode, encode, seal};
 use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
-use crate::ledger_store::{disk_key, generation_range, DiskStore};
+use crate::ledger_store::{disk_key, generation_range, opened, DiskStore};
 use crate::types::{LogId, SnapshotMeta, StoredMembership};
 
 /// Key in [`Keyspace::Meta`] of the live generation.
@@ -173,7 +173,7 @@ impl SnapshotSpool {
         batch.put(
             Keyspace::State,
             spool_key(self.guard.id, self.chunks),
-            piece,
+            seal(piece),
         );
         self.guard.disk.write(batch)?;
         self.chunks += 1;
@@ -323,12 +323,13 @@ impl SnapshotChunks {
                 if *next == *chunks {
                     return Ok(None);
                 }
-                let piece = guard
+                let stored = guard
                     .disk
                     .get(Keyspace::State, &spool_key(guard.id, *next))?
                     .ok_or_else(|| {
                         StoreError::Inconsistent(format!("snapshot spool lost piece {next}"))
                     })?;
+                let piece = opened(&stored).map_err(StoreError::Damaged)?;
                 *next += 1;
                 Ok(Some(piece))
             }
@@ -345,8 +346,10 @@ impl SnapshotChunks {
                     let from = disk_key(*generation, t, cursor);
                     let to = [*generation, t.id() + 1];
                     let page = view.range(&from, Some(&to), VIEW_PAGE)?;
-                    for (key, value) in &page {
-                        put_frame(&mut out, t, &key[2..], value);
+                    for (key, stored) in &page {
+                        // Damaged data is never sent: the stream stops with an error.
+                        let value = opened(stored).map_err(StoreError::Damaged)?;
+                        put_frame(&mut out, t, &key[2..], &value);
                     }
                     match page.last() {
                         Some((last, _)) if page.len() == VIEW_PAGE => {

@@ -4,7 +4,7 @@ mod common;
 
 #[cfg(not(madsim))]
 use common::RocksHarness;
-use common::SimHarness;
+use common::{SimHarness, TornSimHarness};
 use ledger_raft_store::disk::conformance;
 
 macro_rules! conformance_tests {
@@ -53,6 +53,11 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn unsynced_writes_survive_as_a_prefix() {
+                conformance::unsynced_writes_survive_as_a_prefix(&mut $harness);
+            }
+
+            #[test]
             fn run_all_passes() {
                 conformance::run_all(&mut $harness);
             }
@@ -64,3 +69,19 @@ conformance_tests!(sim_disk, SimHarness::default());
 
 #[cfg(not(madsim))]
 conformance_tests!(rocks_disk, RocksHarness::default());
+
+/// The simulated disk whose power failures tear the last write: every check but the
+/// whole-batch guarantee.
+mod torn_sim_disk {
+    use super::*;
+
+    #[test]
+    fn unsynced_writes_survive_as_a_prefix() {
+        conformance::unsynced_writes_survive_as_a_prefix(&mut TornSimHarness::default());
+    }
+
+    #[test]
+    fn run_all_torn_passes() {
+        conformance::run_all_torn(&mut TornSimHarness::default());
+    }
+}

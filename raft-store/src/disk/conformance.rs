@@ -14,7 +14,7 @@ pub trait DiskHarness {
 
     /// Takes `disk` down (crash or power failure) and opens it again. Every write synced
     /// before must survive; unsynced writes may survive only as a prefix of whole
-    /// batches.
+    /// batches (a harness that also tears writes passes only the checks that say so).
     fn restart(&mut self, disk: DiskRef) -> DiskRef;
 }
 
@@ -28,6 +28,20 @@ pub fn run_all(harness: &mut dyn DiskHarness) {
     last_returns_largest_key(harness);
     synced_writes_survive_restart(harness);
     view_is_a_point_in_time(harness);
+    unsynced_writes_survive_as_a_prefix(harness);
+}
+
+/// The checks a disk whose power failures tear the last write must pass too (every one
+/// but the whole-batch guarantee of [`synced_writes_survive_restart`]).
+pub fn run_all_torn(harness: &mut dyn DiskHarness) {
+    put_get_delete(harness);
+    keyspaces_are_separate(harness);
+    range_respects_bounds_and_limit(harness);
+    delete_range_removes_half_open_interval(harness);
+    batch_applies_in_order(harness);
+    last_returns_largest_key(harness);
+    view_is_a_point_in_time(harness);
+    unsynced_writes_survive_as_a_prefix(harness);
 }
 
 fn write(disk: &dyn Disk, build: impl FnOnce(&mut WriteBatch)) {
@@ -330,4 +344,49 @@ pub fn view_is_a_point_in_time(harness: &mut dyn DiskHarness) {
         2,
         "the disk itself moved on"
     );
+}
+
+/// Synced writes survive every restart, torn or not. Of the unsynced writes, what
+/// survives is a prefix of their operations in write order, across batches; every value
+/// kept is exactly as written except possibly the last one kept, which a torn write may
+/// cut short or garble. Storage code relies on exactly this to recover (see the log
+/// store's recovery).
+pub fn unsynced_writes_survive_as_a_prefix(harness: &mut dyn DiskHarness) {
+    const KEYS: u8 = 9;
+    let value = |i: u8| vec![i; 8];
+    for round in 0..8 {
+        let disk = harness.fresh();
+        write(&*disk, |b| {
+            b.put(Keyspace::Meta, *b"base", *b"synced");
+        });
+        disk.sync().expect("sync");
+        for batch in 0..3 {
+            write(&*disk, |b| {
+                for i in batch * 3..batch * 3 + 3 {
+                    b.put(Keyspace::Log, [i], value(i));
+                }
+            });
+        }
+        let disk = harness.restart(disk);
+        assert_eq!(
+            get(&*disk, Keyspace::Meta, b"base").as_deref(),
+            Some(&b"synced"[..]),
+            "round {round}: a synced write survives"
+        );
+        let kept: Vec<Option<Vec<u8>>> = (0..KEYS)
+            .map(|i| get(&*disk, Keyspace::Log, &[i]))
+            .collect();
+        let prefix = kept.iter().take_while(|v| v.is_some()).count();
+        assert!(
+            kept[prefix..].iter().all(Option::is_none),
+            "round {round}: unsynced writes kept with a hole: {kept:?}"
+        );
+        for (i, kept) in kept.iter().enumerate().take(prefix.saturating_sub(1)) {
+            assert_eq!(
+                kept.as_deref(),
+                Some(&value(i as u8)[..]),
+                "round {round}: value {i} kept but changed, and it is not the last kept"
+            );
+        }
+    }
 }

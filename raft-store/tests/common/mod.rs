@@ -133,6 +133,28 @@ impl DiskHarness for SimHarness {
     }
 }
 
+/// Restarts a `SimDisk` with a power failure that may tear the last write, a different
+/// seed each time.
+#[derive(Default)]
+pub struct TornSimHarness {
+    disk: Arc<SimDisk>,
+    seed: u64,
+}
+
+impl DiskHarness for TornSimHarness {
+    fn fresh(&mut self) -> DiskRef {
+        self.disk = Arc::new(SimDisk::new());
+        self.disk.clone()
+    }
+
+    fn restart(&mut self, disk: DiskRef) -> DiskRef {
+        drop(disk);
+        self.seed += 1;
+        self.disk.power_fail_torn(self.seed).expect("power failure");
+        self.disk.clone()
+    }
+}
+
 /// Restarts a `RocksDisk` by closing and reopening its directory.
 #[cfg(not(madsim))]
 pub struct RocksHarness {

@@ -11,7 +11,7 @@
 use madsim::net::NetSim;
 use madsim::runtime::Handle;
 
-use ledger_raft_store::disk::PowerFailure;
+use ledger_raft_store::disk::{BitFlip, PowerFailure};
 
 use super::{ClientNode, Cluster};
 
@@ -43,19 +43,33 @@ impl Cluster {
     }
 
     /// Kills node `id` and cuts its power: writes not yet synced are lost, except a
-    /// prefix the run's RNG decides.
+    /// prefix the run's RNG decides, whose last write may be torn.
     pub fn power_fail(&self, id: u64) -> PowerFailure {
         self.crash(id);
         let seed: u64 = madsim::rand::random();
         let failure = self.members[&id]
             .disk
-            .power_fail(seed)
+            .power_fail_torn(seed)
             .unwrap_or_else(|e| panic!("power failure of node {id}'s disk: {e}"));
         self.trace.note(format!(
-            "node {id} lost power: {} unsynced batches kept, {} lost",
-            failure.batches_kept, failure.batches_lost
+            "node {id} lost power: {} unsynced batches kept, {} lost, torn: {:?}",
+            failure.batches_kept, failure.batches_lost, failure.torn
         ));
         failure
+    }
+
+    /// Flips one bit of a synced value on node `id`'s disk, in `space` or anywhere,
+    /// drawn from the run's RNG. The node should be down: it meets the damage when it
+    /// starts. Returns what was flipped (`None`: nothing synced there).
+    pub fn flip_bit(&self, id: u64, space: Option<ledger_raft_store::Keyspace>) -> Option<BitFlip> {
+        let seed: u64 = madsim::rand::random();
+        let flip = self.members[&id]
+            .disk
+            .flip_random_bit(seed, space)
+            .unwrap_or_else(|e| panic!("bit flip on node {id}'s disk: {e}"));
+        self.trace
+            .note(format!("node {id}'s disk: bit flipped: {flip:?}"));
+        flip
     }
 
     /// Restarts node `id` on its disk.

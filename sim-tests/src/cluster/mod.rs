@@ -7,8 +7,12 @@
 //! init task again, which reopens the same disk.
 //! - crash: madsim `kill` then `restart`; everything written survives, as after a
 //!   process crash;
-//! - power failure: `kill`, then [`SimDisk::power_fail`] with a seed drawn from the run's
-//!   RNG (unsynced writes are lost), then `restart`;
+//! - power failure: `kill`, then [`SimDisk::power_fail_torn`] with a seed drawn from the
+//!   run's RNG (unsynced writes are lost, the last one possibly torn), then `restart`;
+//! - bit flip: a bit of a synced value flipped on a stopped node's disk; the node then
+//!   recovers safely or refuses to start on damaged data, and a node that refuses stays
+//!   down for the rest of the run (an operator would wipe it and add it back): checkers
+//!   and waits count only the members that have not refused ([`Cluster::live_ids`]);
 //! - isolation: `clog_node` cuts a node off from everyone, clients included;
 //!   `cut_from_peers` clogs only the links to the other ledger nodes, so clients can still
 //!   reach a minority leader; partitions split the ledger nodes into groups, both ways or
@@ -73,6 +77,8 @@ struct Member {
     /// The wall clock's offset from the simulator's when no fault is active (ms).
     clock_offset_ms: i64,
     running: Arc<Mutex<Option<LedgerNode>>>,
+    /// Why the node refused to start on its damaged disk, if it did.
+    refused: Arc<Mutex<Option<String>>>,
 }
 
 /// A simulated machine for clients (tool servers, operators), with its own IP.
@@ -150,7 +156,9 @@ impl Cluster {
             max => thread_rng().gen_range(-max..=max),
         };
         let clock = SimClock::with_offset(clock_offset_ms);
+        let refused: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let (init_disk, init_running, init_clock) = (disk.clone(), running.clone(), clock.clone());
+        let init_refused = refused.clone();
         let sim = handle
             .create_node()
             .name(format!("ledger-{id}"))
@@ -160,10 +168,17 @@ impl Cluster {
                 let disk: DiskRef = init_disk.clone();
                 let running = init_running.clone();
                 let clock: ledger_node::ClockRef = init_clock.clone();
+                let refused = init_refused.clone();
                 async move {
-                    let node = ledger_node::start_with_clock(&config, disk, clock)
-                        .await
-                        .unwrap_or_else(|e| panic!("node {id} cannot start: {e}"));
+                    let node = match ledger_node::start_with_clock(&config, disk, clock).await {
+                        Ok(node) => node,
+                        // Refusing damaged data is the required behaviour, not a failure.
+                        Err(ledger_node::RunError::Storage(e)) if e.is_damaged_data() => {
+                            *refused.lock().expect("member lock") = Some(e.to_string());
+                            return;
+                        }
+                        Err(e) => panic!("node {id} cannot start: {e}"),
+                    };
                     *running.lock().expect("member lock") = Some(node.clone());
                     // A simulated node stops by being killed, never by a shutdown signal.
                     let never = std::future::pending::<()>();
@@ -179,6 +194,7 @@ impl Cluster {
             clock,
             clock_offset_ms,
             running,
+            refused,
         }
     }
 
@@ -195,6 +211,23 @@ impl Cluster {
             .iter()
             .copied()
             .collect()
+    }
+
+    /// The members that have not refused to start on a damaged disk, ascending.
+    pub fn live_ids(&self) -> Vec<u64> {
+        self.ids()
+            .into_iter()
+            .filter(|id| self.refused(*id).is_none())
+            .collect()
+    }
+
+    /// Why node `id` refused to start on its damaged disk, if it did.
+    pub fn refused(&self, id: u64) -> Option<String> {
+        self.members[&id]
+            .refused
+            .lock()
+            .expect("member lock")
+            .clone()
     }
 
     /// The ids of every ledger machine, members or not (spares, removed members).
@@ -327,13 +360,21 @@ impl Cluster {
             .map(|n| n.reader.last_applied_index().unwrap_or(0))
     }
 
-    /// Waits until every node runs, agrees on one leader, and holds byte-identical ledger
-    /// snapshots at the same applied index; returns their views.
+    /// Waits until every live node runs (all but those that refused to start on a
+    /// damaged disk, which must stay a minority), agrees on one leader, and holds
+    /// byte-identical ledger snapshots at the same applied index; returns their views.
     pub async fn wait_converged(&self, timeout: Duration) -> Result<Vec<ReplicaView>, String> {
-        let ids = self.ids();
+        let ids = self.live_ids();
+        let members = self.ids().len();
+        if 2 * ids.len() <= members {
+            return Err(format!(
+                "only {} of {members} members have an undamaged disk",
+                ids.len()
+            ));
+        }
         self.wait_for_leader(&ids, timeout).await?;
         wait::until("all replicas converged", timeout, || {
-            let views = self.views();
+            let views: Vec<ReplicaView> = ids.iter().filter_map(|id| self.view(*id)).collect();
             if views.len() != ids.len() {
                 return Err(format!("only {} of {} nodes run", views.len(), ids.len()));
             }

@@ -116,6 +116,13 @@ pub async fn inject(cluster: &Cluster, event: &FaultEvent, background: Option<Ch
             hold(*down_ms).await;
             cluster.restart(node);
         }
+        FaultEvent::BitFlip { leader, down_ms } => {
+            let node = victim(cluster, *leader).await;
+            cluster.power_fail(node);
+            cluster.flip_bit(node, None);
+            hold(*down_ms).await;
+            cluster.restart(node);
+        }
         FaultEvent::ClockJump { secs } => {
             madsim::time::TimeHandle::current().advance(Duration::from_secs(*secs));
             trace.note(format!("every clock jumped {secs} s forward"));

@@ -12,7 +12,8 @@
 //!
 //! Then the fault schedule: partitions (symmetric, one-way, isolating or cutting off the
 //! leader, a muted node), bursts of loss and delay over a background of them, crashes and
-//! power failures (leader or not), clock jumps (which expire leases and horizons
+//! power failures (leader or not; the last unsynced write may be torn), a bit flipped in
+//! one node's synced data (it recovers or refuses to start and stays down), clock jumps (which expire leases and horizons
 //! mid-operation), one node's clock going wrong (its wall clock days ahead or hours back,
 //! its oscillator drifting; the leader's, half the time), and a membership change under
 //! load; every node's wall clock starts a little off the others'. After healing, every
@@ -114,6 +115,17 @@ pub async fn scenario() -> RunOutcome {
             _ => "unresolved",
         })
         .collect();
+    let refused: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| cluster.refused(*id).is_some())
+        .collect();
+    for id in &refused {
+        let why = cluster.refused(*id).unwrap_or_default();
+        cluster.trace().note(format!(
+            "node {id} refused to start on its damaged disk: {why}"
+        ));
+    }
     let mutations = world.mutations().values().map(Vec::len).sum::<usize>();
     let outcome = &mut verified.outcome;
     outcome.summary.push_str(&format!(
@@ -135,6 +147,7 @@ pub async fn scenario() -> RunOutcome {
         count(format!("agent_intent_{t}"), 1);
     }
     count("provider_mutations".into(), mutations as u64);
+    count("nodes_refused_damaged_disk".into(), refused.len() as u64);
     verified.outcome
 }
 

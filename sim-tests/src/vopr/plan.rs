@@ -1,7 +1,8 @@
 //! What one seed decides for a randomized run: the cluster's size and spares, how often
 //! it snapshots, how far the nodes' clocks start apart, the workload (contending ledger
 //! clients, agents on the providers with boundary faults), a background of message loss
-//! and delay, and the schedule of cluster faults. Everything is drawn from the run's RNG at its start, so the seed alone replays
+//! and delay, and the schedule of cluster faults (power failures tear the last write;
+//! at most one node has a bit of its synced data flipped). Everything is drawn from the run's RNG at its start, so the seed alone replays
 //! it, and the plan is written to the trace.
 
 use madsim::rand::{thread_rng, Rng};
@@ -70,6 +71,15 @@ pub enum FaultEvent {
         /// Time down (ms).
         down_ms: u64,
     },
+    /// A node (the leader, if `leader`) loses power and, while down, a bit of its synced
+    /// data flips; it restarts on the damaged disk, and recovers safely or refuses to
+    /// start and stays down. At most one per run, so damaged nodes stay a minority.
+    BitFlip {
+        /// Whether the leader is the victim.
+        leader: bool,
+        /// Time down (ms).
+        down_ms: u64,
+    },
     /// Every clock jumps forward (madsim has one clock for all machines): real time
     /// passes at once, as after a pause of every machine.
     ClockJump {
@@ -101,6 +111,7 @@ impl FaultEvent {
             FaultEvent::Chaos { .. } => "loss_delay_burst",
             FaultEvent::Crash { .. } => "crash_restart",
             FaultEvent::PowerFail { .. } => "power_failure",
+            FaultEvent::BitFlip { .. } => "bit_flip",
             FaultEvent::ClockJump { .. } => "clock_jump",
             FaultEvent::WrongClock { fault, .. } => fault.kind_name(),
             FaultEvent::ReplaceMember => "membership_change",
@@ -230,6 +241,7 @@ struct Budget {
     spare: bool,
     jumps: u32,
     wrong_clocks: u32,
+    bit_flips: u32,
 }
 
 fn event(nodes: u64, budget: &mut Budget) -> FaultEvent {
@@ -237,7 +249,7 @@ fn event(nodes: u64, budget: &mut Budget) -> FaultEvent {
     let hold_ms = rng.gen_range(500..6_000);
     let down_ms = rng.gen_range(200..5_000);
     loop {
-        return match rng.gen_range(0..13) {
+        return match rng.gen_range(0..14) {
             0 => FaultEvent::Partition {
                 minority: rng.gen_range(1..=(nodes as usize - 1) / 2),
                 hold_ms,
@@ -277,6 +289,13 @@ fn event(nodes: u64, budget: &mut Budget) -> FaultEvent {
                     hold_ms: rng.gen_range(2_000..WRONG_CLOCK_HOLD_MS_MAX),
                 }
             }
+            13 if budget.bit_flips > 0 => {
+                budget.bit_flips -= 1;
+                FaultEvent::BitFlip {
+                    leader: rng.gen_bool(0.5),
+                    down_ms,
+                }
+            }
             _ => continue,
         };
     }
@@ -311,6 +330,7 @@ impl VoprPlan {
             spare: spares > 0,
             jumps: 2,
             wrong_clocks: 2,
+            bit_flips: 1,
         };
         let events = (0..rng.gen_range(3..=7))
             .map(|_| {
