@@ -119,7 +119,12 @@ pub async fn inject(cluster: &Cluster, event: &FaultEvent, background: Option<Ch
         FaultEvent::BitFlip { leader, down_ms } => {
             let node = victim(cluster, *leader).await;
             cluster.power_fail(node);
-            cluster.flip_bit(node, None);
+            // In the log or its metadata, which a node checks when it opens. Damage to
+            // the ledger's tables is found when read and stops the node while it runs
+            // (raft-store's corruption tests); the checkers here read every replica.
+            let _ = cluster
+                .flip_bit(node, Some(ledger_raft_store::Keyspace::Log))
+                .or_else(|| cluster.flip_bit(node, Some(ledger_raft_store::Keyspace::Meta)));
             hold(*down_ms).await;
             cluster.restart(node);
         }
