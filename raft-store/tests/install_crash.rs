@@ -4,83 +4,16 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use common::*;
 use futures::stream;
-use ledger_raft_store::disk::{Disk, DiskError, DiskRef, DiskView, KeyValue, Keyspace, SimDisk};
+use ledger_raft_store::disk::{Disk, DiskRef, Keyspace, SimDisk};
 use ledger_raft_store::types::{Entry, Snapshot};
-use ledger_raft_store::{open, LedgerRuntime, LedgerStateMachine, SnapshotData, WriteBatch};
+use ledger_raft_store::{open, LedgerRuntime, LedgerStateMachine, SnapshotData};
 use openraft::storage::RaftStateMachine;
 use openraft::{AsyncRuntime, RaftSnapshotBuilder};
-
-/// A [`SimDisk`] whose writes fail from the `n`th on once armed, as if the power went.
-struct CutAfter {
-    inner: Arc<SimDisk>,
-    writes_left: AtomicUsize,
-}
-
-impl CutAfter {
-    fn new(inner: Arc<SimDisk>) -> Arc<CutAfter> {
-        Arc::new(CutAfter {
-            inner,
-            writes_left: AtomicUsize::new(usize::MAX),
-        })
-    }
-
-    fn arm(&self, writes: usize) {
-        self.writes_left.store(writes, Ordering::SeqCst);
-    }
-
-    fn cut(&self) -> bool {
-        self.writes_left
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_err()
-    }
-}
-
-fn power_cut() -> DiskError {
-    DiskError::Engine("power cut".into())
-}
-
-impl Disk for CutAfter {
-    fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
-        if self.cut() {
-            return Err(power_cut());
-        }
-        self.inner.write(batch)
-    }
-
-    fn sync(&self) -> Result<(), DiskError> {
-        if self.writes_left.load(Ordering::SeqCst) == 0 {
-            return Err(power_cut());
-        }
-        self.inner.sync()
-    }
-
-    fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
-        self.inner.get(space, key)
-    }
-
-    fn range(
-        &self,
-        space: Keyspace,
-        from: &[u8],
-        to: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, DiskError> {
-        self.inner.range(space, from, to, limit)
-    }
-
-    fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError> {
-        self.inner.last(space)
-    }
-
-    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
-        self.inner.view(space)
-    }
-}
 
 async fn apply(state_machine: &mut LedgerStateMachine, entries: Vec<Entry>) -> bool {
     let items = entries.into_iter().map(|entry| Ok((entry, None)));
@@ -137,7 +70,7 @@ fn install_cut_at_any_write_leaves_one_whole_state() {
         let mut cut_at = 0;
         loop {
             let inner = Arc::new(SimDisk::new());
-            let disk = CutAfter::new(inner.clone());
+            let disk = GatedDisk::new(inner.clone());
             let (_, mut state_machine) = open(disk.clone()).await.expect("open");
             let own = vec![
                 membership_entry(1, 1, &[NODE_ID]),
@@ -150,7 +83,7 @@ fn install_cut_at_any_write_leaves_one_whole_state() {
                 .expect("read");
             // What a follower applied before is durable or in its log; here, durable.
             inner.sync().expect("sync");
-            disk.arm(cut_at);
+            disk.cut_after(cut_at);
             let installed = state_machine
                 .install_snapshot(&snapshot.meta, SnapshotData::from_bytes(received.clone()))
                 .await
@@ -205,9 +138,9 @@ fn applies_cut_at_any_write_resume_at_a_whole_entry() {
         for cut_at in 0..=entries.len() {
             for seed in 0..4 {
                 let inner = Arc::new(SimDisk::new());
-                let disk = CutAfter::new(inner.clone());
+                let disk = GatedDisk::new(inner.clone());
                 let (_, mut state_machine) = open(disk.clone()).await.expect("open");
-                disk.arm(cut_at);
+                disk.cut_after(cut_at);
                 let applied_all = apply(&mut state_machine, entries.clone()).await;
                 assert_eq!(applied_all, cut_at >= entries.len(), "cut at {cut_at}");
                 drop(state_machine);

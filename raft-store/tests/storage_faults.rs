@@ -5,56 +5,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use common::*;
-use ledger_raft_store::disk::{
-    Disk, DiskError, DiskRef, DiskView, KeyValue, Keyspace, SimDisk, TornValue, WriteBatch,
-};
+use ledger_raft_store::disk::{Disk, DiskRef, Keyspace, SimDisk, TornValue, WriteBatch};
 use ledger_raft_store::error::Location;
 use ledger_raft_store::types::Entry;
 use ledger_raft_store::{open, LedgerRuntime, RaftLogStore, StoreError};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{AsyncRuntime, RaftLogReader};
-
-/// A disk that can stop syncing, so that a write the store believes synced is still
-/// exposed to a power failure: how a batch comes to be torn.
-struct SyncSwitch {
-    disk: Arc<SimDisk>,
-    syncs: AtomicBool,
-}
-
-impl Disk for SyncSwitch {
-    fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
-        self.disk.write(batch)
-    }
-    fn sync(&self) -> Result<(), DiskError> {
-        if self.syncs.load(Ordering::SeqCst) {
-            self.disk.sync()
-        } else {
-            Ok(())
-        }
-    }
-    fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
-        self.disk.get(space, key)
-    }
-    fn range(
-        &self,
-        space: Keyspace,
-        from: &[u8],
-        to: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, DiskError> {
-        self.disk.range(space, from, to, limit)
-    }
-    fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError> {
-        self.disk.last(space)
-    }
-    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
-        self.disk.view(space)
-    }
-}
 
 fn entries(from: u64, to: u64) -> Vec<Entry> {
     (from..=to).map(|index| blank_entry(1, index)).collect()
@@ -82,10 +42,7 @@ fn a_torn_append_is_cut_at_every_prefix() {
         let mut seen = BTreeSet::new();
         for seed in 0..600 {
             let sim = Arc::new(SimDisk::new());
-            let switch = Arc::new(SyncSwitch {
-                disk: sim.clone(),
-                syncs: AtomicBool::new(true),
-            });
+            let switch = GatedDisk::new(sim.clone());
             let (mut log_store, _) = open(switch.clone()).await.expect("open");
             log_store
                 .blocking_append(entries(1, 3))

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ledger_core::{
@@ -12,7 +13,9 @@ use ledger_core::{
     ToolName, ToolPolicy, ToolRef,
 };
 use ledger_raft_store::disk::conformance::DiskHarness;
-use ledger_raft_store::disk::{DiskRef, SimDisk};
+use ledger_raft_store::disk::{
+    Disk, DiskError, DiskRef, DiskView, KeyValue, Keyspace, SimDisk, WriteBatch,
+};
 use ledger_raft_store::types::{Entry, LogId, Vote};
 use ledger_raft_store::{LedgerRequest, TypeConfig};
 use openraft::entry::RaftEntry;
@@ -192,5 +195,80 @@ impl DiskHarness for RocksHarness {
         );
         drop(disk);
         Arc::new(ledger_raft_store::RocksDisk::open(self.path()).expect("reopen"))
+    }
+}
+
+/// A [`SimDisk`] behind two switches a test turns: writes fail, as if the power went, once
+/// `writes_left` reaches zero (and so do syncs then); syncs return without syncing while
+/// `syncs` is off. Reads go straight through.
+pub struct GatedDisk {
+    pub disk: Arc<SimDisk>,
+    pub writes_left: AtomicUsize,
+    pub syncs: AtomicBool,
+}
+
+impl GatedDisk {
+    /// Every write allowed, syncs on.
+    pub fn new(disk: Arc<SimDisk>) -> Arc<GatedDisk> {
+        Arc::new(GatedDisk {
+            disk,
+            writes_left: AtomicUsize::new(usize::MAX),
+            syncs: AtomicBool::new(true),
+        })
+    }
+
+    /// Allows `writes` more writes; the power goes at the next one.
+    pub fn cut_after(&self, writes: usize) {
+        self.writes_left.store(writes, Ordering::SeqCst);
+    }
+
+    fn power_cut() -> DiskError {
+        DiskError::Engine("power cut".into())
+    }
+}
+
+impl Disk for GatedDisk {
+    fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
+        let cut = self
+            .writes_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err();
+        if cut {
+            return Err(Self::power_cut());
+        }
+        self.disk.write(batch)
+    }
+
+    fn sync(&self) -> Result<(), DiskError> {
+        if self.writes_left.load(Ordering::SeqCst) == 0 {
+            return Err(Self::power_cut());
+        }
+        if self.syncs.load(Ordering::SeqCst) {
+            self.disk.sync()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+        self.disk.get(space, key)
+    }
+
+    fn range(
+        &self,
+        space: Keyspace,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, DiskError> {
+        self.disk.range(space, from, to, limit)
+    }
+
+    fn last(&self, space: Keyspace) -> Result<Option<KeyValue>, DiskError> {
+        self.disk.last(space)
+    }
+
+    fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
+        self.disk.view(space)
     }
 }
