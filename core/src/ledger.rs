@@ -483,22 +483,16 @@ impl<S: Store> Ledger<S> {
     /// All tenants in order.
     pub fn tenants(&self) -> Vec<(String, TenantConfig)> {
         let mut out = Vec::new();
-        let mut from = Vec::new();
-        loop {
-            let page = self.store.scan(Table::Tenants, &from, None, 256);
-            let Some((last, _)) = page.last() else {
-                return out;
-            };
-            from = last.clone();
-            from.push(0);
-            for (key, value) in page {
-                let name = keycode::Reader::new(&key).string();
-                match (name, crate::store::decode_value(&value)) {
+        self.store
+            .walk(Table::Tenants, Vec::new(), None, |key, value| {
+                let name = keycode::Reader::new(key).string();
+                match (name, crate::store::decode_value(value)) {
                     (Some(name), Some(config)) => out.push((name, config)),
-                    _ => self.store.corrupt(Table::Tenants, &key, "tenant"),
+                    _ => self.store.corrupt(Table::Tenants, key, "tenant"),
                 }
-            }
-        }
+                true
+            });
+        out
     }
 }
 

@@ -63,7 +63,7 @@ impl<S: Store> Ledger<S> {
             }
             (None, None) => (Table::Records, keycode::string(&query.tenant), Vec::new()),
         };
-        let mut from = match &query.after {
+        let from = match &query.after {
             Some(after) => {
                 let mut from = key_prefix.clone();
                 keycode::put_key(&mut from, after);
@@ -75,33 +75,26 @@ impl<S: Store> Ledger<S> {
         let mut to = prefix;
         to.push(0xFF);
         let mut out = Vec::new();
-        while out.len() < query.limit {
-            let page = self.store.scan(table, &from, Some(&to), LIST_PAGE);
-            let Some((last, _)) = page.last() else {
-                break;
-            };
-            from = last.clone();
-            from.push(0);
-            for (entry, value) in page {
-                let rec = if table == Table::Records {
-                    decode_value::<EffectRecord>(&value).or_else(|| {
-                        self.store.corrupt(table, &entry, "effect record");
-                        None
-                    })
-                } else {
-                    entry
-                        .get(key_prefix.len()..)
-                        .and_then(keycode::read_key)
-                        .and_then(|key| self.get(&key))
-                };
-                if let Some(rec) = rec.filter(keep) {
-                    out.push(rec);
-                    if out.len() == query.limit {
-                        break;
-                    }
-                }
-            }
+        if query.limit == 0 {
+            return out;
         }
+        self.store.walk(table, from, Some(&to), |entry, value| {
+            let rec = if table == Table::Records {
+                decode_value::<EffectRecord>(value).or_else(|| {
+                    self.store.corrupt(table, entry, "effect record");
+                    None
+                })
+            } else {
+                entry
+                    .get(key_prefix.len()..)
+                    .and_then(keycode::read_key)
+                    .and_then(|key| self.get(&key))
+            };
+            if let Some(rec) = rec.filter(keep) {
+                out.push(rec);
+            }
+            out.len() < query.limit
+        });
         out
     }
 
@@ -125,24 +118,16 @@ impl<S: Store> Ledger<S> {
         let prefix = keycode::string(tenant);
         let mut to = prefix.clone();
         to.push(0xFF);
-        let mut from = prefix;
         let mut out = Vec::new();
-        loop {
-            let page = self
-                .store
-                .scan(Table::Tombstones, &from, Some(&to), LIST_PAGE);
-            let Some((last, _)) = page.last() else {
-                return out;
-            };
-            from = last.clone();
-            from.push(0);
-            for (key, value) in page {
-                match decode_value(&value) {
+        self.store
+            .walk(Table::Tombstones, prefix, Some(&to), |key, value| {
+                match decode_value(value) {
                     Some(tombstone) => out.push(tombstone),
-                    None => self.store.corrupt(Table::Tombstones, &key, "tombstone"),
+                    None => self.store.corrupt(Table::Tombstones, key, "tombstone"),
                 }
-            }
-        }
+                true
+            });
+        out
     }
 
     /// Number of tombstones of all tenants.
@@ -180,6 +165,3 @@ impl<S: Store> Ledger<S> {
         keycode::Reader::new(&first).u64()
     }
 }
-
-/// Entries read per scan while paging.
-const LIST_PAGE: usize = 256;

@@ -20,7 +20,7 @@ use crate::key::EffectKey;
 use crate::keycode::{self, Reader};
 use crate::ledger::{command_expiry_key, CommandEntry, Ledger, TenantConfig, CLOCK_KEY, TOKEN_KEY};
 use crate::record::EffectRecord;
-use crate::store::{decode_value, MemStore, Store, Table};
+use crate::store::{decode_value, MemStore, Store, StoreExt, Table};
 use crate::tombstone::Tombstone;
 
 /// Largest snapshot accepted by [`Ledger::from_snapshot`], which holds it in one buffer.
@@ -150,20 +150,11 @@ fn parse_frame(bytes: &[u8]) -> Result<Option<(Frame, usize)>, SnapshotError> {
 impl<S: Store> Ledger<S> {
     /// Calls `visit` with every entry of the primary tables, in snapshot order.
     pub fn visit_snapshot(&self, mut visit: impl FnMut(Table, &[u8], &[u8])) {
-        const PAGE: usize = 1024;
         for table in Table::PRIMARY {
-            let mut from = Vec::new();
-            loop {
-                let page = self.store.scan(table, &from, None, PAGE);
-                let Some((last, _)) = page.last() else {
-                    break;
-                };
-                from = last.clone();
-                from.push(0);
-                for (key, value) in &page {
-                    visit(table, key, value);
-                }
-            }
+            self.store.walk(table, Vec::new(), None, |key, value| {
+                visit(table, key, value);
+                true
+            });
         }
     }
 

@@ -227,6 +227,9 @@ pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
     (read == body.len()).then_some(value)
 }
 
+/// Pairs read per scan by [`StoreExt::walk`].
+const WALK_PAGE: usize = 512;
+
 /// Typed reads and writes over a [`Store`].
 pub(crate) trait StoreExt: Store {
     /// The value under `key`, decoded; a value that does not decode is reported and
@@ -243,6 +246,31 @@ pub(crate) trait StoreExt: Store {
     /// Stores `value` under `key`.
     fn save<T: Serialize>(&mut self, table: Table, key: Vec<u8>, value: &T) {
         self.put(table, key, encode_value(value));
+    }
+
+    /// Calls `visit` with every pair in `[from, to)` in key order, reading a page at a
+    /// time, until `visit` returns false.
+    fn walk(
+        &self,
+        table: Table,
+        mut from: Vec<u8>,
+        to: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) {
+        loop {
+            let page = self.scan(table, &from, to, WALK_PAGE);
+            let Some((last, _)) = page.last() else {
+                return;
+            };
+            // The least key after `last`.
+            from = last.clone();
+            from.push(0);
+            for (key, value) in &page {
+                if !visit(key, value) {
+                    return;
+                }
+            }
+        }
     }
 
     /// The keys of at most `limit` entries in `[from, to)`.

@@ -17,12 +17,12 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use ledger_core::store::{Pair, Store, Table};
 
 use crate::codec::{seal, unseal};
-use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
+use crate::disk::{DiskError, DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
 
 /// Largest page read from the disk by one scan step.
@@ -35,7 +35,55 @@ pub struct DiskStore {
     pending: Writes,
     /// Committed values of the small tables read by almost every command.
     cache: Mutex<Writes>,
-    fault: Arc<Mutex<Option<String>>>,
+    fault: Latch,
+}
+
+/// The first damage a store met while reading; sticky.
+#[derive(Debug, Default)]
+struct Latch(Mutex<Option<String>>);
+
+impl Latch {
+    fn fault(&self) -> Option<StoreError> {
+        let fault = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        fault.clone().map(StoreError::Damaged)
+    }
+
+    fn set(&self, what: String) {
+        let mut fault = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        fault.get_or_insert(what);
+    }
+
+    fn corrupt(&self, table: Table, key: &[u8], what: &str) {
+        self.set(format!(
+            "{what} in table {table:?} under {key:?} does not decode"
+        ));
+    }
+}
+
+/// The first key past `table` in `generation`.
+pub(crate) fn table_end(generation: u8, table: Table) -> Vec<u8> {
+    vec![generation, table.id() + 1]
+}
+
+/// At most `limit` pairs of `table` in `[from, to)`, read by `range` (a disk's or a
+/// view's) from `generation`: keys without the prefix, values checked and opened.
+fn table_page(
+    range: impl FnOnce(&[u8], &[u8], usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DiskError>,
+    generation: u8,
+    table: Table,
+    from: &[u8],
+    to: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Pair>, String> {
+    let start = disk_key(generation, table, from);
+    let end = match to {
+        Some(to) => disk_key(generation, table, to),
+        None => table_end(generation, table),
+    };
+    range(&start, &end, limit)
+        .map_err(|e| e.to_string())
+        .and_then(opened_pairs)
+        .map_err(|e| format!("reading table {table:?}: {e}"))
 }
 
 /// Values by table and key; `None` for a key that is absent (or deleted).
@@ -99,7 +147,7 @@ impl DiskStore {
             generation,
             pending: BTreeMap::new(),
             cache: Mutex::default(),
-            fault: Arc::default(),
+            fault: Latch::default(),
         }
     }
 
@@ -140,34 +188,18 @@ impl DiskStore {
 
     /// The damage found so far, if any.
     pub(crate) fn fault(&self) -> Option<StoreError> {
-        let fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
-        fault.clone().map(StoreError::Damaged)
-    }
-
-    fn latch(&self, what: String) {
-        let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
-        fault.get_or_insert(what);
+        self.fault.fault()
     }
 
     /// One page of `table` from the disk, keys without the prefix.
     fn disk_page(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
-        let start = disk_key(self.generation, table, from);
-        let end = match to {
-            Some(to) => disk_key(self.generation, table, to),
-            None => vec![self.generation, table.id() + 1],
+        let range = |start: &[u8], end: &[u8], limit| {
+            self.disk.range(Keyspace::State, start, Some(end), limit)
         };
-        let page = self
-            .disk
-            .range(Keyspace::State, &start, Some(&end), limit)
-            .map_err(|e| e.to_string())
-            .and_then(opened_pairs);
-        match page {
-            Ok(pairs) => pairs,
-            Err(e) => {
-                self.latch(format!("reading table {table:?}: {e}"));
-                Vec::new()
-            }
-        }
+        table_page(range, self.generation, table, from, to, limit).unwrap_or_else(|e| {
+            self.fault.set(e);
+            Vec::new()
+        })
     }
 }
 
@@ -197,7 +229,7 @@ impl Store for DiskStore {
                 value
             }
             Err(e) => {
-                self.latch(format!("reading {table:?} {key:?}: {e}"));
+                self.fault.set(format!("reading {table:?} {key:?}: {e}"));
                 None
             }
         }
@@ -274,9 +306,7 @@ impl Store for DiskStore {
     }
 
     fn corrupt(&self, table: Table, key: &[u8], what: &str) {
-        self.latch(format!(
-            "{what} in table {table:?} under {key:?} does not decode"
-        ));
+        self.fault.corrupt(table, key, what);
     }
 }
 
@@ -285,7 +315,7 @@ impl Store for DiskStore {
 pub struct ViewStore {
     view: Box<dyn DiskView>,
     generation: u8,
-    fault: Mutex<Option<String>>,
+    fault: Latch,
 }
 
 impl ViewStore {
@@ -294,19 +324,13 @@ impl ViewStore {
         ViewStore {
             view,
             generation,
-            fault: Mutex::default(),
+            fault: Latch::default(),
         }
     }
 
     /// The damage found while reading, if any.
     pub(crate) fn fault(&self) -> Option<StoreError> {
-        let fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
-        fault.clone().map(StoreError::Damaged)
-    }
-
-    fn latch(&self, what: String) {
-        let mut fault = self.fault.lock().unwrap_or_else(|p| p.into_inner());
-        fault.get_or_insert(what);
+        self.fault.fault()
     }
 }
 
@@ -323,30 +347,18 @@ impl Store for ViewStore {
         {
             Ok(pairs) => pairs.into_iter().next().map(|(_, v)| v),
             Err(e) => {
-                self.latch(format!("reading {table:?} {key:?}: {e}"));
+                self.fault.set(format!("reading {table:?} {key:?}: {e}"));
                 None
             }
         }
     }
 
     fn scan(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
-        let start = disk_key(self.generation, table, from);
-        let end = match to {
-            Some(to) => disk_key(self.generation, table, to),
-            None => vec![self.generation, table.id() + 1],
-        };
-        match self
-            .view
-            .range(&start, Some(&end), limit)
-            .map_err(|e| e.to_string())
-            .and_then(opened_pairs)
-        {
-            Ok(pairs) => pairs,
-            Err(e) => {
-                self.latch(format!("reading table {table:?}: {e}"));
-                Vec::new()
-            }
-        }
+        let range = |start: &[u8], end: &[u8], limit| self.view.range(start, Some(end), limit);
+        table_page(range, self.generation, table, from, to, limit).unwrap_or_else(|e| {
+            self.fault.set(e);
+            Vec::new()
+        })
     }
 
     fn put(&mut self, table: Table, _key: Vec<u8>, _value: Vec<u8>) {
@@ -358,9 +370,7 @@ impl Store for ViewStore {
     }
 
     fn corrupt(&self, table: Table, key: &[u8], what: &str) {
-        self.latch(format!(
-            "{what} in table {table:?} under {key:?} does not decode"
-        ));
+        self.fault.corrupt(table, key, what);
     }
 }
 

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{decode, encode, seal};
 use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
-use crate::ledger_store::{disk_key, generation_range, opened, DiskStore};
+use crate::ledger_store::{disk_key, generation_range, opened, table_end, DiskStore};
 use crate::types::{LogId, SnapshotMeta, StoredMembership};
 
 /// Key in [`Keyspace::Meta`] of the live generation.
@@ -344,7 +344,7 @@ impl SnapshotChunks {
                 while out.len() < max_bytes && *table < Table::PRIMARY.len() {
                     let t = Table::PRIMARY[*table];
                     let from = disk_key(*generation, t, cursor);
-                    let to = [*generation, t.id() + 1];
+                    let to = table_end(*generation, t);
                     let page = view.range(&from, Some(&to), VIEW_PAGE)?;
                     for (key, stored) in &page {
                         // Damaged data is never sent: the stream stops with an error.
