@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
-    DBWithThreadMode, Direction, IteratorMode, Options, ReadOptions, SingleThreaded,
-    SnapshotWithThreadMode,
+    BlockBasedIndexType, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor,
+    DBCompressionType, DBWithThreadMode, Direction, IteratorMode, Options, ReadOptions,
+    SingleThreaded, SnapshotWithThreadMode,
 };
 
 use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, WriteBatch, WriteOp};
@@ -78,9 +78,18 @@ impl RocksDisk {
             // Index and filter blocks count against the cache too, so memory stays
             // within the budget however many files there are.
             table.set_cache_index_and_filter_blocks(true);
+            table.set_cache_index_and_filter_blocks_with_high_priority(true);
             table.set_pin_l0_filter_and_index_blocks_in_cache(true);
             // Most reads are point lookups of records that may not exist.
             table.set_bloom_filter(10.0, false);
+            // Partitioned: a lookup loads one small piece of a file's index and filter,
+            // not the whole of them. Whole filters of large files are evicted by data
+            // blocks once the records outgrow the cache, and reading one back on every
+            // lookup that misses costs more than the lookup itself.
+            table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+            table.set_partition_filters(true);
+            table.set_metadata_block_size(4096);
+            table.set_pin_top_level_index_and_filter(true);
             let mut options = Options::default();
             options.set_compression_type(DBCompressionType::Lz4);
             options.set_block_based_table_factory(&table);
