@@ -101,7 +101,7 @@ fn classify(error: &ClientError) -> Failure {
             code: tonic::Code::ResourceExhausted,
             ..
         } => Failure::BackPressure,
-        _ => Failure::Other,
+        other => Failure::Other(other.to_string()),
     }
 }
 
@@ -173,7 +173,7 @@ async fn claim_and_report(
     let claimed = started.elapsed();
     let grant = match claim {
         Ok(ClaimOutcome::Proceed(grant)) => grant,
-        Ok(_) => return Err(Failure::Other),
+        Ok(other) => return Err(Failure::Other(format!("claim did not proceed: {other:?}"))),
         Err(e) => return Err(classify(&e)),
     };
     let report = Report::Committed {
@@ -257,7 +257,10 @@ async fn run(o: Options) -> Result<(), String> {
         Output::Json => println!("{}", report.json(&mut samples)),
     }
     if samples.effect.is_empty() {
-        return Err("no effect completed".into());
+        return Err(match &samples.first_failure {
+            Some(first) => format!("no effect completed; the first failure: {first}"),
+            None => "no effect completed".into(),
+        });
     }
     Ok(())
 }
@@ -308,6 +311,7 @@ async fn preload(client: &LedgerClient, o: &Arc<Options>, run_id: u128) -> Prelo
         seconds: started.elapsed().as_secs_f64(),
         back_pressure: s.back_pressure,
         failures: s.failures,
+        first_failure: s.first_failure,
     }
 }
 
@@ -384,7 +388,7 @@ mod tests {
         };
         assert_eq!(classify(&direct), Failure::BackPressure);
         assert_eq!(classify(&after_waiting), Failure::BackPressure);
-        assert_eq!(classify(&down), Failure::Other);
+        assert!(matches!(classify(&down), Failure::Other(what) if what.contains("no leader")));
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct Samples {
     pub back_pressure: u64,
     /// Calls failed otherwise.
     pub failures: u64,
+    /// What the first of those failures was, so that a run that fails says why.
+    pub first_failure: Option<String>,
 }
 
 impl Samples {
@@ -30,24 +32,31 @@ impl Samples {
         self.status.extend(other.status);
         self.back_pressure += other.back_pressure;
         self.failures += other.failures;
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
     }
 
     /// Counts a failed call in its kind.
     pub fn fail(&mut self, failure: Failure) {
         match failure {
             Failure::BackPressure => self.back_pressure += 1,
-            Failure::Other => self.failures += 1,
+            Failure::Other(what) => {
+                self.failures += 1;
+                self.first_failure.get_or_insert(what);
+            }
         }
     }
 }
 
 /// Why one claim+report pair did not finish.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
     /// The node answered `RESOURCE_EXHAUSTED`.
     BackPressure,
-    /// Anything else: unavailable, timed out, refused, or a claim that did not proceed.
-    Other,
+    /// Anything else: unavailable, timed out, refused, or a claim that did not proceed;
+    /// what it was.
+    Other(String),
 }
 
 /// What the preload phase did.
@@ -60,6 +69,8 @@ pub struct Preloaded {
     pub back_pressure: u64,
     /// Pairs that failed otherwise.
     pub failures: u64,
+    /// The first of them.
+    pub first_failure: Option<String>,
 }
 
 /// Count, rate and nearest-rank percentiles (ms) of one operation's latencies.
@@ -180,6 +191,9 @@ impl Summary {
             "\nback-pressure (RESOURCE_EXHAUSTED): {}\nfailures: {}",
             s.back_pressure, s.failures
         );
+        if let Some(first) = &s.first_failure {
+            println!("first failure: {first}");
+        }
     }
 
     /// The run as one JSON object.
@@ -194,6 +208,7 @@ impl Summary {
                 "seconds": round2(p.seconds),
                 "back_pressure": p.back_pressure,
                 "failures": p.failures,
+                "first_failure": p.first_failure,
             })),
             "effect": effect.1.json(),
             "claim": claim.1.json(),
@@ -201,6 +216,7 @@ impl Summary {
             "reference": self.reference.then(|| reference.1.json()),
             "back_pressure": s.back_pressure,
             "failures": s.failures,
+            "first_failure": s.first_failure,
         })
     }
 }
