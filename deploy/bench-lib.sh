@@ -79,3 +79,65 @@ machine_line() {
   case "$rota" in 0) disk+=" (non-rotational)" ;; 1) disk+=" (reported rotational; virtual disk)" ;; esac
   echo "$(nproc) cores ($cpu), $mem memory, disk $disk"
 }
+
+# Node $1's Prometheus page (deploy/cluster.sh serves it at BASE_PORT + 90 + n).
+scrape_metrics() {
+  curl -fsS "http://127.0.0.1:$((LEDGER_BASE_PORT + 90 + $1))/metrics"
+}
+
+# Saves every node's metrics page under prefix $1 ($1-1.prom ...).
+save_metrics() {
+  local n
+  for n in 1 2 3; do scrape_metrics "$n" > "$1-$n.prom" || : > "$1-$n.prom"; done
+}
+
+# Where a command's time went between two sets of pages saved by save_metrics ($1 before,
+# $2 after), with leader $3 and $4 effects done in between: a markdown table of each
+# stage's count, mean and total per effect.
+stage_table() {
+  python3 - "$1" "$2" "$3" "$4" <<'EOF_PY'
+import re, sys
+before, after, leader, effects = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+line = re.compile(r'^([a-z_]+)(\{[^}]*\})? (\S+)$')
+def load(path):
+    out = {}
+    for text in open(path):
+        m = line.match(text.strip())
+        if m:
+            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+def delta(node, name, labels=None):
+    b, a = load(f"{before}-{node}.prom"), load(f"{after}-{node}.prom")
+    total = 0.0
+    for (n, l), v in a.items():
+        if n == name and (labels is None or all(x in l for x in labels)):
+            total += v - b.get((n, l), 0.0)
+    return total
+followers = [n for n in (1, 2, 3) if n != leader]
+rows = [
+    ("call: claim (any node, to its answer)", [1, 2, 3], "ledger_call_seconds", ['command="claim"', 'result="applied"'], "call"),
+    ("call: report (any node, to its answer)", [1, 2, 3], "ledger_call_seconds", ['command="report"', 'result="applied"'], "call"),
+    ("leader: proposer queue", [leader], "ledger_proposer_queue_seconds", None, "command"),
+    ("leader: Raft write (append, replicate, commit, apply)", [leader], "ledger_raft_write_seconds", None, "entry"),
+    ("leader: log write", [leader], "ledger_log_write_seconds", None, "append"),
+    ("leader: log sync (fsync)", [leader], "ledger_log_sync_seconds", None, "append"),
+    ("leader: AppendEntries round trip", [leader], "ledger_replicate_seconds", None, "call"),
+    ("leader: apply", [leader], "ledger_apply_seconds", None, "entry"),
+    ("followers: log write", followers, "ledger_log_write_seconds", None, "append"),
+    ("followers: log sync (fsync)", followers, "ledger_log_sync_seconds", None, "append"),
+    ("followers: apply", followers, "ledger_apply_seconds", None, "entry"),
+]
+print("| stage | per | count | mean ms | total ms per effect |")
+print("|---|---|---|---|---|")
+for name, nodes, metric, labels, per in rows:
+    count = sum(delta(n, metric + "_count", labels) for n in nodes)
+    total = sum(delta(n, metric + "_sum", labels) for n in nodes)
+    mean = f"{1000 * total / count:.2f}" if count else "n/a"
+    each = f"{1000 * total / effects:.3f}" if effects else "n/a"
+    print(f"| {name} | {per} | {count:.0f} | {mean} | {each} |")
+entries = delta(leader, "ledger_batch_commands_count")
+commands = delta(leader, "ledger_batch_commands_sum")
+if entries:
+    print(f"\nCommands per Raft entry (leader's batches): {commands / entries:.1f} on average, {entries:.0f} entries.")
+EOF_PY
+}

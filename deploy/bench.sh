@@ -16,7 +16,10 @@
 #      p50/p99/p999 from pgbench's per-transaction log.
 #
 # Ratios are effects/s (or PostgreSQL claim+report pairs/s) over etcd's writes/s at the
-# first load in ETCD_LOADS. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
+# first load in ETCD_LOADS. For each ledger row, the nodes' Prometheus pages before and
+# after it give where an effect's time went (proposer queue, Raft write, log write and
+# sync, replication round trips, apply; bench-lib.sh's stage_table); the last row's
+# breakdown ends the results. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
 #
 # Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
 # (default "l"), BENCH_DIR (default .data/bench; etcd, ledger and PostgreSQL data all go
@@ -36,6 +39,7 @@ PG_BIN=${PG_BIN:-/usr/local/bin}
 SKIP=${SKIP:-}
 RESULTS=$BENCH_DIR/results.md
 ETCD_PIDS=()
+STAGES=
 
 skipped() { [[ " $SKIP " == *" $1 "* ]]; }
 
@@ -115,11 +119,17 @@ run_ledger() {
   echo "== ledger: building, then starting 3 $BENCH_PROFILE nodes (deploy/cluster.sh)"
   build_ledger
   ledger_cluster "$BENCH_DIR/ledger" start
-  local c json per_s
+  local c json per_s leader
   for c in $CLIENTS; do
     echo "== ledger: $c clients, $SECONDS_PER_ROW s"
+    leader=$(ledger_leader)
+    save_metrics "$BENCH_DIR/metrics-$c-before"
     json=$(ledger_load --clients "$c" --seconds "$SECONDS_PER_ROW")
+    save_metrics "$BENCH_DIR/metrics-$c-after"
     echo "$json" > "$BENCH_DIR/ledger-$c.json"
+    stage_table "$BENCH_DIR/metrics-$c-before" "$BENCH_DIR/metrics-$c-after" "$leader" \
+      "$(echo "$json" | json_field effect.count)" > "$BENCH_DIR/stages-$c.md"
+    STAGES="$c clients:"$'\n\n'"$(cat "$BENCH_DIR/stages-$c.md")"
     per_s=$(echo "$json" | json_field effect.per_s)
     ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures) |")
   done
@@ -199,6 +209,11 @@ skipped postgres || run_postgres
   echo "| system | clients | throughput | p50 ms | p99 ms | p999 ms | ratio to etcd writes/s | notes |"
   echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
+  if [ -n "$STAGES" ]; then
+    echo
+    echo "Where a ledger effect's time went (node metrics over the run; every client count's"
+    echo "table is in $BENCH_DIR/stages-N.md), at $STAGES"
+  fi
 } > "$RESULTS"
 echo
 cat "$RESULTS"

@@ -9,7 +9,8 @@
 #   deploy/cluster.sh restart N      start node N again on its data
 #   deploy/cluster.sh leader         print the leader's node id
 #
-# Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103),
+# Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103,
+# their Prometheus metrics on http://127.0.0.1:7191..7193/metrics),
 # PROFILE (default debug; release for benchmarks), BUILD (default 1; 0 starts the binaries
 # already in target/PROFILE without building).
 set -euo pipefail
@@ -46,6 +47,7 @@ write_config() {
   cat > "$DATA/node$n.toml" <<EOF
 node_id = $n
 listen_addr = "127.0.0.1:$((BASE_PORT + n))"
+metrics_listen_addr = "127.0.0.1:$((BASE_PORT + 90 + n))"
 data_dir = "$DATA/node$n"
 cluster_secret = "$SECRET"
 

@@ -171,6 +171,10 @@ pub struct NodeConfig {
     /// The address peers and clients dial (`host:port`); `listen_addr` when absent.
     #[serde(default)]
     pub advertise_addr: Option<String>,
+    /// Where the Prometheus endpoint (`GET /metrics`, plain HTTP) listens; none when
+    /// absent. Serve it on an address only the monitoring system reaches.
+    #[serde(default)]
+    pub metrics_listen_addr: Option<SocketAddr>,
     /// Folder for the RocksDB store.
     pub data_dir: PathBuf,
     /// Storage engine.

@@ -15,6 +15,7 @@ use ledger_proto::{outcome_to_response, pb, refusal_to_status};
 
 use crate::auth::Authenticator;
 use crate::error::NodeError;
+use crate::metrics::{result_label, Stopwatch, CALL_SECONDS};
 use crate::node::LedgerNode;
 use crate::wire::{ReadRequest, ReadResponse};
 
@@ -49,8 +50,17 @@ impl LedgerService {
             %effect,
             command_id = %command.command_id,
         );
+        let name = command.body.name();
         async {
-            let outcome = self.node.submit(command).await?;
+            let started = Stopwatch::start();
+            let result = self.node.submit(command).await;
+            metrics::histogram!(
+                CALL_SECONDS,
+                "command" => name,
+                "result" => result_label(&result),
+            )
+            .record(started.elapsed());
+            let outcome = result?;
             if let Outcome::Refused(refusal) = &outcome {
                 tracing::info!(%refusal, "refused");
             } else {

@@ -22,6 +22,8 @@
 //!   messages travel on connections of their own, apart from forwarded client calls.
 //! - [`ledger_service`], [`admin_service`]: the public gRPC services.
 //! - [`auth`]: API keys to callers. [`error`]: failures and their gRPC statuses.
+//! - [`metrics`]: the names of what a node measures (stage times of a command, calls by
+//!   result); the binary exports them for Prometheus.
 //! - [`wire`]: versioned payloads between nodes.
 
 pub mod admin_service;
@@ -32,6 +34,7 @@ pub mod config;
 pub mod error;
 pub mod ledger_service;
 pub mod ledger_time;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod proposer;

@@ -45,6 +45,14 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: NodeConfig) -> Result<(), String> {
+    if let Some(addr) = config.metrics_listen_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("metrics endpoint on {addr}: {e}"))?;
+        ledger_node::metrics::describe();
+        tracing::info!("metrics served at http://{addr}/metrics");
+    }
     let disk: DiskRef = match config.storage {
         StorageKind::Rocksdb => {
             let path = config.data_dir.join("raft");

@@ -34,6 +34,7 @@ use ledger_proto::pb;
 use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{blocking, SnapshotData, TypeConfig};
 
+use crate::metrics::{Stopwatch, REPLICATE_SECONDS};
 use crate::wire;
 
 type C = TypeConfig;
@@ -172,17 +173,24 @@ impl RaftNetworkV2<C> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<C>, RPCError<C>> {
         let network = &self.network;
-        let (channels, ttl) = if rpc.entries.is_empty() {
-            (&network.control, option.hard_ttl())
-        } else {
+        let carries_entries = !rpc.entries.is_empty();
+        let (channels, ttl) = if carries_entries {
             let ttl = option.hard_ttl().max(network.append_timeout);
             (&network.replication, ttl)
+        } else {
+            (&network.control, option.hard_ttl())
         };
-        Ok(self
+        let started = Stopwatch::start();
+        let answer = self
             .unary(channels, &rpc, ttl, |mut c, r| async move {
                 c.append_entries(r).await
             })
-            .await?)
+            .await?;
+        if carries_entries {
+            metrics::histogram!(REPLICATE_SECONDS, "follower" => self.target.to_string())
+                .record(started.elapsed());
+        }
+        Ok(answer)
     }
 
     async fn vote(

@@ -19,10 +19,12 @@ use ledger_raft_store::{LedgerRequest, Raft};
 use crate::config::ProposerSettings;
 use crate::error::NodeError;
 use crate::ledger_time::LedgerTime;
+use crate::metrics::{Stopwatch, BATCH_COMMANDS, QUEUE_SECONDS, RAFT_WRITE_SECONDS};
 
 struct Pending {
     command: Command,
     reply: oneshot::Sender<Result<Outcome, NodeError>>,
+    queued: Stopwatch,
 }
 
 /// Hands commands to the batching task.
@@ -51,7 +53,11 @@ impl Proposer {
     pub async fn propose(&self, command: Command) -> Result<Outcome, NodeError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .try_send(Pending { command, reply })
+            .try_send(Pending {
+                command,
+                reply,
+                queued: Stopwatch::start(),
+            })
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => NodeError::Overloaded {
                     what: format!("{} commands waiting for a batch", self.tx.max_capacity()),
@@ -100,14 +106,24 @@ async fn run(
 }
 
 async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
-    let (commands, replies): (Vec<Command>, Vec<_>) =
-        batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+    let proposed = Stopwatch::start();
+    let queue = metrics::histogram!(QUEUE_SECONDS);
+    let (commands, replies): (Vec<Command>, Vec<_>) = batch
+        .into_iter()
+        .map(|p| {
+            queue.record(proposed.since(p.queued));
+            (p.command, p.reply)
+        })
+        .unzip();
     let count = commands.len();
+    metrics::histogram!(BATCH_COMMANDS).record(count as f64);
     let request = LedgerRequest {
         stamp: time.stamp(),
         commands,
     };
-    let result = match raft.client_write(request).await {
+    let written = raft.client_write(request).await;
+    metrics::histogram!(RAFT_WRITE_SECONDS).record(proposed.elapsed());
+    let result = match written {
         Ok(response) if response.data.outcomes.len() == count => Ok(response.data.outcomes),
         Ok(response) => Err(NodeError::Internal(format!(
             "{count} commands gave {} outcomes",

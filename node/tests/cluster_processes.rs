@@ -256,3 +256,113 @@ async fn membership_changes_while_serving() {
     assert_eq!(on_new_node.records_by_state.get("committed"), Some(&1));
     assert!(on_new_node.voters.iter().all(|m| m.node_id != 1));
 }
+
+/// The value of the sample `series` (a name, or a name and labels as printed) in a
+/// Prometheus page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok())?
+        })
+}
+
+/// Every node serves its stage times for Prometheus: the leader's proposer queue, Raft
+/// writes, batch sizes and replication round trips per follower; every node's log writes,
+/// syncs and applies; and the calls each node served, by command and result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_where_a_commands_time_goes() {
+    let cluster = ProcessCluster::start(3);
+    cluster.form().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let tenant = cluster.client_of(leader, TENANT_KEY);
+    const EFFECTS: usize = 20;
+    for i in 0..EFFECTS {
+        let d = declaration(&format!("metrics-{i}"));
+        let ClaimOutcome::Proceed(grant) = tenant
+            .claim(&format!("mc-{i}"), d.clone(), "h", None, None)
+            .await
+            .expect("claim")
+        else {
+            panic!("a fresh key proceeds");
+        };
+        tenant
+            .report(
+                &format!("mr-{i}"),
+                d.key,
+                grant.fencing_token,
+                Report::Committed {
+                    receipt: format!("r-{i}"),
+                },
+            )
+            .await
+            .expect("report");
+    }
+    // A report with a token no grant carries is refused, and counted as such.
+    let stale = tenant
+        .report(
+            "mr-stale",
+            declaration("metrics-0").key,
+            u64::MAX,
+            Report::Committed {
+                receipt: "r".into(),
+            },
+        )
+        .await;
+    assert!(stale.is_err(), "a stale token is refused: {stale:?}");
+    cluster.converged().await;
+
+    let page = cluster.scrape(leader).expect("the leader's metrics page");
+    let count = |series: &str| sample(&page, series).unwrap_or(0.0);
+    for series in [
+        "ledger_proposer_queue_seconds_count",
+        "ledger_raft_write_seconds_count",
+        "ledger_batch_commands_count",
+        "ledger_log_write_seconds_count",
+        "ledger_log_sync_seconds_count",
+        "ledger_apply_seconds_count",
+    ] {
+        assert!(count(series) > 0.0, "{series} on the leader:\n{page}");
+    }
+    assert!(count("ledger_proposer_queue_seconds_count") >= (2 * EFFECTS) as f64);
+    assert!(
+        count("ledger_batch_commands_sum") >= (2 * EFFECTS) as f64,
+        "every command went through a batch"
+    );
+    assert_eq!(
+        count(r#"ledger_call_seconds_count{command="claim",result="applied"}"#),
+        EFFECTS as f64
+    );
+    assert_eq!(
+        count(r#"ledger_call_seconds_count{command="report",result="applied"}"#),
+        EFFECTS as f64
+    );
+    assert_eq!(
+        count(r#"ledger_call_seconds_count{command="report",result="refused"}"#),
+        1.0
+    );
+    let replicated = format!(
+        r#"ledger_replicate_seconds_count{{follower="{}"}}"#,
+        follower + 1
+    );
+    assert!(count(&replicated) > 0.0, "{replicated}:\n{page}");
+    assert!(
+        page.contains("# HELP ledger_log_sync_seconds"),
+        "metrics are described"
+    );
+
+    // A follower writes, syncs and applies the same entries, and proposes nothing.
+    let page = cluster.scrape(follower).expect("a follower's metrics page");
+    for series in [
+        "ledger_log_sync_seconds_count",
+        "ledger_apply_seconds_count",
+    ] {
+        assert!(
+            sample(&page, series).unwrap_or(0.0) > 0.0,
+            "{series}:\n{page}"
+        );
+    }
+    assert_eq!(sample(&page, "ledger_raft_write_seconds_count"), None);
+}

@@ -17,6 +17,8 @@
 //! - [`snapshot`]: the applied position, snapshots streamed from point-in-time views, and
 //!   installs into a second generation swapped in at once.
 //! - [`error`]: [`StoreError`], the typed failures behind openraft's `io::Error`s.
+//! - [`metrics`]: the names of what the storage layer measures (log writes and syncs,
+//!   applies).
 //!
 //! Everything on disk is bincode 2 of versioned enums (`codec`, `snapshot`) or the
 //! ledger's own tagged values (`ledger_core::store`).
@@ -34,6 +36,7 @@ pub mod disk;
 pub mod error;
 pub mod ledger_store;
 pub mod log_store;
+pub mod metrics;
 pub mod runtime;
 pub mod snapshot;
 pub mod state_machine;

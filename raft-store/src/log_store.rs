@@ -19,6 +19,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::time::Instant;
 
 use openraft::alias::CommittedLeaderIdOf;
 use openraft::entry::RaftEntry;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{decode, encode};
 use crate::disk::{DiskError, DiskRef, Keyspace, WriteBatch};
 use crate::error::StoreError;
+use crate::metrics::{LOG_SYNC_SECONDS, LOG_WRITE_SECONDS};
 use crate::runtime::blocking;
 use crate::types::{Entry, LedgerRequestV1, LogId, TypeConfig, Vote};
 
@@ -271,10 +273,15 @@ impl RaftLogStore {
         // A failed write means the entries are not readable: that is this call's error.
         // A failed sync after a good write is reported through the flush callback.
         let synced = blocking(move || {
+            let started = Instant::now();
             if !batch.is_empty() {
                 disk.write(batch)?;
             }
-            Ok::<_, DiskError>(disk.sync())
+            let written = Instant::now();
+            let synced = disk.sync();
+            metrics::histogram!(LOG_WRITE_SECONDS).record(written - started);
+            metrics::histogram!(LOG_SYNC_SECONDS).record(written.elapsed());
+            Ok::<_, DiskError>(synced)
         })
         .await?;
         Ok(synced)

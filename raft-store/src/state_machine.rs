@@ -18,6 +18,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::time::Instant;
 
 use futures::{Stream, TryStreamExt};
 use ledger_core::Ledger;
@@ -28,6 +29,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use crate::disk::{DiskRef, Keyspace, WriteBatch};
 use crate::error::StoreError;
 use crate::ledger_store::{generation_range, DiskStore, ViewStore};
+use crate::metrics::{APPLY_COMMANDS, APPLY_SECONDS};
 use crate::runtime::blocking;
 use crate::snapshot::{
     clear_other_generations, install, put_applied, read_applied, read_generation, SnapshotSpool,
@@ -292,10 +294,17 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
         while let Some((entry, responder)) = entries.try_next().await? {
+            let started = Instant::now();
+            let commands = match &entry.payload {
+                EntryPayload::Normal(request) => request.commands.len(),
+                _ => 0,
+            };
             let response = {
                 let mut applied = self.applied.write().map_err(|_| StoreError::Poisoned)?;
                 applied.apply(entry)?
             };
+            metrics::histogram!(APPLY_SECONDS).record(started.elapsed());
+            metrics::histogram!(APPLY_COMMANDS).record(commands as f64);
             if let Some(responder) = responder {
                 responder.send(response);
             }

@@ -21,6 +21,7 @@ const SECRET: &str = "test-cluster-secret-01";
 pub struct ProcessCluster {
     dir: tempfile::TempDir,
     ports: Vec<u16>,
+    metrics_ports: Vec<u16>,
     children: Vec<Option<Child>>,
 }
 
@@ -34,9 +35,11 @@ impl ProcessCluster {
     pub fn start(n: usize) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let metrics_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let mut cluster = ProcessCluster {
             dir,
             ports,
+            metrics_ports,
             children: (0..n).map(|_| None).collect(),
         };
         for i in 0..n {
@@ -55,6 +58,7 @@ impl ProcessCluster {
             r#"
 node_id = {id}
 listen_addr = "127.0.0.1:{port}"
+metrics_listen_addr = "127.0.0.1:{metrics_port}"
 data_dir = "{data}"
 cluster_secret = "{SECRET}"
 [[api_keys]]
@@ -77,6 +81,7 @@ interval_ms = 100
 "#,
             id = i + 1,
             port = self.ports[i],
+            metrics_port = self.metrics_ports[i],
             data = self.dir.path().join(format!("node{}", i + 1)).display(),
         );
         std::fs::write(self.config_path(i), text).expect("write config");
@@ -111,6 +116,17 @@ interval_ms = 100
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect()
+    }
+
+    /// Node `i`'s Prometheus page (`GET /metrics`), read with a plain HTTP/1.0 request.
+    pub fn scrape(&self, i: usize) -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_ports[i]))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut page = String::new();
+        stream.read_to_string(&mut page)?;
+        Ok(page)
     }
 
     /// A client of every node with `key`.

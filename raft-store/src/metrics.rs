@@ -1,0 +1,37 @@
+//! What the storage layer measures, through the `metrics` facade: the time each node
+//! spends writing and syncing the Raft log and applying entries. Nothing is recorded
+//! unless the binary installs a recorder (the node's Prometheus exporter).
+
+/// Seconds to write one append's entries to the disk, before the sync.
+pub const LOG_WRITE_SECONDS: &str = "ledger_log_write_seconds";
+/// Seconds to sync (fsync) one append: one per group of entries, however many.
+pub const LOG_SYNC_SECONDS: &str = "ledger_log_sync_seconds";
+/// Seconds to apply one entry: run its commands and write their effects with the
+/// applied position in one batch.
+pub const APPLY_SECONDS: &str = "ledger_apply_seconds";
+/// Ledger commands in one applied entry.
+pub const APPLY_COMMANDS: &str = "ledger_apply_commands";
+
+/// Describes the metrics above to the installed recorder.
+pub fn describe() {
+    metrics::describe_histogram!(
+        LOG_WRITE_SECONDS,
+        metrics::Unit::Seconds,
+        "Raft log append: writing the entries, before the sync"
+    );
+    metrics::describe_histogram!(
+        LOG_SYNC_SECONDS,
+        metrics::Unit::Seconds,
+        "Raft log append: the one sync of a group of entries"
+    );
+    metrics::describe_histogram!(
+        APPLY_SECONDS,
+        metrics::Unit::Seconds,
+        "applying one Raft entry to the ledger, its writes committed in one batch"
+    );
+    metrics::describe_histogram!(
+        APPLY_COMMANDS,
+        metrics::Unit::Count,
+        "ledger commands carried by one applied Raft entry"
+    );
+}
