@@ -8,6 +8,8 @@
 
 use std::time::{Duration, Instant};
 
+use metrics::Unit;
+
 use crate::error::NodeError;
 
 /// Measures how long a stage took, for the histograms here only: a duration on this
@@ -65,33 +67,39 @@ pub fn result_label(result: &Result<ledger_core::Outcome, NodeError>) -> &'stati
     }
 }
 
-/// Describes every metric of the node and of its storage to the installed recorder.
-pub fn describe() {
-    use metrics::{describe_histogram, Unit};
-    ledger_raft_store::metrics::describe();
-    describe_histogram!(
+/// Every metric of the node with its unit and help text.
+const DESCRIPTIONS: [(&str, Unit, &str); 5] = [
+    (
         QUEUE_SECONDS,
         Unit::Seconds,
-        "time a command waits in the leader's proposer queue for its batch"
-    );
-    describe_histogram!(
+        "time a command waits in the leader's proposer queue for its batch",
+    ),
+    (
         RAFT_WRITE_SECONDS,
         Unit::Seconds,
-        "time from proposing a batch to its outcomes: append, replication, commit, apply"
-    );
-    describe_histogram!(
+        "time from proposing a batch to its outcomes: append, replication, commit, apply",
+    ),
+    (
         BATCH_COMMANDS,
         Unit::Count,
-        "commands in one proposed batch (one Raft entry)"
-    );
-    describe_histogram!(
+        "commands in one proposed batch (one Raft entry)",
+    ),
+    (
         REPLICATE_SECONDS,
         Unit::Seconds,
-        "one AppendEntries call carrying entries, until the follower has them synced"
-    );
-    describe_histogram!(
+        "one AppendEntries call carrying entries, until the follower has them synced",
+    ),
+    (
         CALL_SECONDS,
         Unit::Seconds,
-        "one ledger call served by this node, by command and result"
-    );
+        "one ledger call served by this node, by command and result",
+    ),
+];
+
+/// Describes every metric of the node and of its storage to the installed recorder.
+pub fn describe() {
+    let storage = ledger_raft_store::metrics::DESCRIPTIONS;
+    for (name, unit, help) in DESCRIPTIONS.into_iter().chain(storage) {
+        metrics::describe_histogram!(name, unit, help);
+    }
 }

@@ -12,26 +12,26 @@ pub const APPLY_SECONDS: &str = "ledger_apply_seconds";
 /// Ledger commands in one applied entry.
 pub const APPLY_COMMANDS: &str = "ledger_apply_commands";
 
-/// Describes the metrics above to the installed recorder.
-pub fn describe() {
-    metrics::describe_histogram!(
+/// Every metric above with its unit and help text.
+pub const DESCRIPTIONS: [(&str, metrics::Unit, &str); 4] = [
+    (
         LOG_WRITE_SECONDS,
         metrics::Unit::Seconds,
-        "Raft log append: writing the entries, before the sync"
-    );
-    metrics::describe_histogram!(
+        "Raft log append: writing the entries, before the sync",
+    ),
+    (
         LOG_SYNC_SECONDS,
         metrics::Unit::Seconds,
-        "Raft log append: the one sync of a group of entries"
-    );
-    metrics::describe_histogram!(
+        "Raft log append: the one sync of a group of entries",
+    ),
+    (
         APPLY_SECONDS,
         metrics::Unit::Seconds,
-        "applying one Raft entry to the ledger, its writes committed in one batch"
-    );
-    metrics::describe_histogram!(
+        "applying one Raft entry to the ledger, its writes committed in one batch",
+    ),
+    (
         APPLY_COMMANDS,
         metrics::Unit::Count,
-        "ledger commands carried by one applied Raft entry"
-    );
-}
+        "ledger commands carried by one applied Raft entry",
+    ),
+];
