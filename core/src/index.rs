@@ -19,6 +19,9 @@ use crate::keycode::{self, put_key, put_str, put_u64, Reader};
 use crate::record::{EffectRecord, EffectState};
 use crate::store::{Store, StoreExt, Table};
 
+/// A slot's group: the declared key, the slot's index, how many slots.
+type Slot = (EffectKey, u32, u32);
+
 /// The index entries one record contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entries {
@@ -26,11 +29,16 @@ pub(crate) struct Entries {
     retention_deadline_ms: Option<u64>,
     state: EffectState,
     workflow_id: String,
-    /// The record's group (base key, slot index, slot count), when one of several slots.
-    slot: Option<(EffectKey, u32, u32)>,
+    /// The record's group, when one of several slots.
+    slot: Option<Slot>,
 }
 
 impl Entries {
+    /// The retention deadline and the group it counts for, if the record has one.
+    fn retention(&self) -> Option<(u64, &Option<Slot>)> {
+        self.retention_deadline_ms.map(|t| (t, &self.slot))
+    }
+
     pub(crate) fn of(rec: &EffectRecord) -> Self {
         let slot = rec.slot.and_then(|s| {
             let (base, index) = rec.key.slot()?;
@@ -169,7 +177,9 @@ pub(crate) fn count<S: Store + ?Sized>(store: &mut S, counter: &[u8], delta: i64
 }
 
 /// Moves `key`'s entries from `old` (absent for a new record) to `new` (absent for a
-/// removed one).
+/// removed one). An entry that is the same in both is left alone: most record writes
+/// change the state and the lease, not the workflow or the retention deadline, and a
+/// rewrite of an unchanged entry would still cost the disk a write.
 pub(crate) fn replace<S: Store + ?Sized>(
     store: &mut S,
     key: &EffectKey,
@@ -179,38 +189,44 @@ pub(crate) fn replace<S: Store + ?Sized>(
     if old == new {
         return;
     }
-    if let Some(e) = old {
-        if let Some(t) = e.lease_until_ms {
-            store.delete(Table::Leases, &keycode::at_key(t, key));
+    let lease = |e: &Entries| e.lease_until_ms.map(|t| keycode::at_key(t, key));
+    let (old_lease, new_lease) = (old.and_then(lease), new.and_then(lease));
+    if old_lease != new_lease {
+        if let Some(entry) = old_lease {
+            store.delete(Table::Leases, &entry);
         }
-        if let Some(t) = e.retention_deadline_ms {
+        if let Some(entry) = new_lease {
+            store.put(Table::Leases, entry, Vec::new());
+        }
+    }
+    if old.and_then(Entries::retention) != new.and_then(Entries::retention) {
+        if let Some((e, t)) = old.and_then(|e| e.retention_deadline_ms.map(|t| (e, t))) {
             forget_deadline(store, key, e, t);
         }
-        if new.is_none_or(|n| n.state != e.state) {
-            store.delete(Table::ByState, &by_state(e.state, key));
-            count(store, &state_counter(e.state), -1);
-        }
-        store.delete(
-            Table::ByWorkflow,
-            &by_workflow(&key.tenant, &e.workflow_id, key),
-        );
-    }
-    if let Some(e) = new {
-        if let Some(t) = e.lease_until_ms {
-            store.put(Table::Leases, keycode::at_key(t, key), Vec::new());
-        }
-        if let Some(t) = e.retention_deadline_ms {
+        if let Some((e, t)) = new.and_then(|e| e.retention_deadline_ms.map(|t| (e, t))) {
             note_deadline(store, key, e, t);
         }
-        if old.is_none_or(|o| o.state != e.state) {
-            store.put(Table::ByState, by_state(e.state, key), Vec::new());
-            count(store, &state_counter(e.state), 1);
+    }
+    let state = |e: &Entries| e.state;
+    if old.map(state) != new.map(state) {
+        if let Some(s) = old.map(state) {
+            store.delete(Table::ByState, &by_state(s, key));
+            count(store, &state_counter(s), -1);
         }
-        store.put(
-            Table::ByWorkflow,
-            by_workflow(&key.tenant, &e.workflow_id, key),
-            Vec::new(),
-        );
+        if let Some(s) = new.map(state) {
+            store.put(Table::ByState, by_state(s, key), Vec::new());
+            count(store, &state_counter(s), 1);
+        }
+    }
+    let workflow = |e: &Entries| by_workflow(&key.tenant, &e.workflow_id, key);
+    let (old_workflow, new_workflow) = (old.map(workflow), new.map(workflow));
+    if old_workflow != new_workflow {
+        if let Some(entry) = old_workflow {
+            store.delete(Table::ByWorkflow, &entry);
+        }
+        if let Some(entry) = new_workflow {
+            store.put(Table::ByWorkflow, entry, Vec::new());
+        }
     }
 }
 
