@@ -12,7 +12,8 @@
 # Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103,
 # their Prometheus metrics on http://127.0.0.1:7191..7193/metrics),
 # PROFILE (default debug; release for benchmarks), BUILD (default 1; 0 starts the binaries
-# already in target/PROFILE without building).
+# already in target/PROFILE without building), EXTRA_CONFIG (TOML appended to every node's
+# configuration, e.g. $'[proposer]\nmax_in_flight_batches = 4'; see node/src/config.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +65,7 @@ heartbeat_interval_ms = 100
 election_timeout_min_ms = 600
 election_timeout_max_ms = 1200
 EOF
+  if [ -n "${EXTRA_CONFIG:-}" ]; then printf '%s\n' "$EXTRA_CONFIG" >> "$DATA/node$n.toml"; fi
 }
 
 start_node() {
