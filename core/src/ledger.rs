@@ -151,7 +151,7 @@ impl<S: Store> Ledger<S> {
         validate_command_id(&command.command_id)?;
         if let Caller::Tenant(tenant) = &command.caller {
             validate_tenant(tenant)?;
-            if self.tenant(tenant).is_none() {
+            if !self.has_tenant(tenant) {
                 return Err(Refusal::UnknownTenant(tenant.clone()));
             }
         }
@@ -258,7 +258,7 @@ impl<S: Store> Ledger<S> {
             }
         }
         validate_tenant(&key.tenant)?;
-        if self.tenant(&key.tenant).is_none() {
+        if !self.has_tenant(&key.tenant) {
             return Err(Refusal::UnknownTenant(key.tenant.clone()));
         }
         Ok(())
@@ -478,6 +478,14 @@ impl<S: Store> Ledger<S> {
     pub fn tenant(&self, tenant: &str) -> Option<TenantConfig> {
         self.store
             .load(Table::Tenants, &keycode::string(tenant), "tenant")
+    }
+
+    /// Whether `tenant` is registered, without decoding its configuration (every command
+    /// asks, and a tenant's configuration holds all of its tool policies).
+    fn has_tenant(&self, tenant: &str) -> bool {
+        self.store
+            .get(Table::Tenants, &keycode::string(tenant))
+            .is_some()
     }
 
     /// All tenants in order.
