@@ -92,11 +92,6 @@ impl RocksDisk {
             table.set_pin_top_level_index_and_filter(true);
             let mut options = Options::default();
             options.set_compression_type(DBCompressionType::Lz4);
-            // A bloom filter over each memtable's keys: a lookup of a key that is not
-            // there (a new effect's record, an unseen command id) skips the skiplist
-            // search, which was the largest single cost of applying an entry.
-            options.set_memtable_whole_key_filtering(true);
-            options.set_memtable_prefix_bloom_ratio(0.1);
             options.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(space.name(), options)
         });
