@@ -97,7 +97,8 @@ save_metrics() {
 stage_table() {
   python3 - "$1" "$2" "$3" "$4" <<'EOF_PY'
 import re, sys
-before, after, leader, effects = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+before, after, leader = sys.argv[1], sys.argv[2], int(sys.argv[3])
+effects = int(sys.argv[4] or 0)
 line = re.compile(r'^([a-z_]+)(\{[^}]*\})? (\S+)$')
 def load(path):
     out = {}
@@ -115,8 +116,8 @@ def delta(node, name, labels=None):
     return total
 followers = [n for n in (1, 2, 3) if n != leader]
 rows = [
-    ("call: claim (any node, to its answer)", [1, 2, 3], "ledger_call_seconds", ['command="claim"', 'result="applied"'], "call"),
-    ("call: report (any node, to its answer)", [1, 2, 3], "ledger_call_seconds", ['command="report"', 'result="applied"'], "call"),
+    ("call: claim (any node, command to answer)", [1, 2, 3], "ledger_call_seconds", ['command="claim"', 'result="applied"'], "call"),
+    ("call: report (any node, command to answer)", [1, 2, 3], "ledger_call_seconds", ['command="report"', 'result="applied"'], "call"),
     ("leader: proposer queue", [leader], "ledger_proposer_queue_seconds", None, "command"),
     ("leader: Raft write (append, replicate, commit, apply)", [leader], "ledger_raft_write_seconds", None, "entry"),
     ("leader: log write", [leader], "ledger_log_write_seconds", None, "append"),

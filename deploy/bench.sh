@@ -122,13 +122,13 @@ run_ledger() {
   local c json per_s leader
   for c in $CLIENTS; do
     echo "== ledger: $c clients, $SECONDS_PER_ROW s"
-    leader=$(ledger_leader)
+    leader=$(ledger_leader || echo 1)
     save_metrics "$BENCH_DIR/metrics-$c-before"
     json=$(ledger_load --clients "$c" --seconds "$SECONDS_PER_ROW")
     save_metrics "$BENCH_DIR/metrics-$c-after"
     echo "$json" > "$BENCH_DIR/ledger-$c.json"
     stage_table "$BENCH_DIR/metrics-$c-before" "$BENCH_DIR/metrics-$c-after" "$leader" \
-      "$(echo "$json" | json_field effect.count)" > "$BENCH_DIR/stages-$c.md"
+      "$(echo "$json" | json_field effect.count || echo 0)" > "$BENCH_DIR/stages-$c.md"
     STAGES="$c clients:"$'\n\n'"$(cat "$BENCH_DIR/stages-$c.md")"
     per_s=$(echo "$json" | json_field effect.per_s)
     ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures) |")

@@ -12,8 +12,9 @@
 # Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103,
 # their Prometheus metrics on http://127.0.0.1:7191..7193/metrics),
 # PROFILE (default debug; release for benchmarks), BUILD (default 1; 0 starts the binaries
-# already in target/PROFILE without building), EXTRA_CONFIG (TOML appended to every node's
-# configuration, e.g. $'[proposer]\nmax_in_flight_batches = 4'; see node/src/config.rs).
+# already in target/PROFILE without building), EXTRA_CONFIG (whole TOML tables other than
+# [raft], appended to every node's configuration at every start or restart, e.g.
+# $'[proposer]\nmax_in_flight_batches = 4'; see node/src/config.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

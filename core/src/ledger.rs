@@ -481,7 +481,10 @@ impl<S: Store> Ledger<S> {
     }
 
     /// Whether `tenant` is registered, without decoding its configuration (every command
-    /// asks, and a tenant's configuration holds all of its tool policies).
+    /// asks, and a tenant's configuration holds all of its tool policies). A stored
+    /// configuration that does not decode still counts as registered here; the damage is
+    /// found where a setting is first read (`remember`, `policy_for`), which latches the
+    /// store's fault.
     fn has_tenant(&self, tenant: &str) -> bool {
         self.store
             .get(Table::Tenants, &keycode::string(tenant))

@@ -39,15 +39,17 @@ impl Stopwatch {
 /// Seconds a command waits in the leader's proposer queue until its batch is proposed.
 pub const QUEUE_SECONDS: &str = "ledger_proposer_queue_seconds";
 /// Seconds from proposing a batch to its outcomes: the Raft append, replication to a
-/// quorum, commit and apply of its entry.
+/// quorum, commit and apply of its entry. Batches that fail (leadership lost) are not
+/// counted.
 pub const RAFT_WRITE_SECONDS: &str = "ledger_raft_write_seconds";
 /// Commands in one proposed batch (one Raft entry).
 pub const BATCH_COMMANDS: &str = "ledger_batch_commands";
 /// Seconds of one AppendEntries call carrying entries, to the follower's answer (it has
 /// written and synced them), by follower.
 pub const REPLICATE_SECONDS: &str = "ledger_replicate_seconds";
-/// Seconds to serve one ledger call on this node (authentication, routing to the
-/// leader, the command's Raft round, the answer), by command and result.
+/// Seconds to serve one ledger command on this node (routing to the leader, the
+/// command's Raft round, the answer), by command and result. Calls refused before they
+/// are a command (unauthenticated, malformed) are answered at once and not counted.
 pub const CALL_SECONDS: &str = "ledger_call_seconds";
 
 /// The `result` label of a served call: `applied`, `refused`, or what failed.

@@ -122,7 +122,9 @@ async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
         commands,
     };
     let written = raft.client_write(request).await;
-    metrics::histogram!(RAFT_WRITE_SECONDS).record(proposed.elapsed());
+    if written.is_ok() {
+        metrics::histogram!(RAFT_WRITE_SECONDS).record(proposed.elapsed());
+    }
     let result = match written {
         Ok(response) if response.data.outcomes.len() == count => Ok(response.data.outcomes),
         Ok(response) => Err(NodeError::Internal(format!(

@@ -331,18 +331,14 @@ async fn metrics_show_where_a_commands_time_goes() {
         count("ledger_batch_commands_sum") >= (2 * EFFECTS) as f64,
         "every command went through a batch"
     );
-    assert_eq!(
-        count(r#"ledger_call_seconds_count{command="claim",result="applied"}"#),
-        EFFECTS as f64
+    // At least: a call the client timed out and sent again is served (and counted) twice.
+    assert!(
+        count(r#"ledger_call_seconds_count{command="claim",result="applied"}"#) >= EFFECTS as f64
     );
-    assert_eq!(
-        count(r#"ledger_call_seconds_count{command="report",result="applied"}"#),
-        EFFECTS as f64
+    assert!(
+        count(r#"ledger_call_seconds_count{command="report",result="applied"}"#) >= EFFECTS as f64
     );
-    assert_eq!(
-        count(r#"ledger_call_seconds_count{command="report",result="refused"}"#),
-        1.0
-    );
+    assert!(count(r#"ledger_call_seconds_count{command="report",result="refused"}"#) >= 1.0);
     let replicated = format!(
         r#"ledger_replicate_seconds_count{{follower="{}"}}"#,
         follower + 1
@@ -353,7 +349,8 @@ async fn metrics_show_where_a_commands_time_goes() {
         "metrics are described"
     );
 
-    // A follower writes, syncs and applies the same entries, and proposes nothing.
+    // A follower writes, syncs and applies the same entries, and (unless it was elected
+    // meanwhile) proposes nothing.
     let page = cluster.scrape(follower).expect("a follower's metrics page");
     for series in [
         "ledger_log_sync_seconds_count",
@@ -364,5 +361,7 @@ async fn metrics_show_where_a_commands_time_goes() {
             "{series}:\n{page}"
         );
     }
-    assert_eq!(sample(&page, "ledger_raft_write_seconds_count"), None);
+    if cluster.leader().await == leader {
+        assert_eq!(sample(&page, "ledger_raft_write_seconds_count"), None);
+    }
 }

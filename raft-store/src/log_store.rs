@@ -276,10 +276,10 @@ impl RaftLogStore {
             let started = Instant::now();
             if !batch.is_empty() {
                 disk.write(batch)?;
+                metrics::histogram!(LOG_WRITE_SECONDS).record(started.elapsed());
             }
             let written = Instant::now();
             let synced = disk.sync();
-            metrics::histogram!(LOG_WRITE_SECONDS).record(written - started);
             metrics::histogram!(LOG_SYNC_SECONDS).record(written.elapsed());
             Ok::<_, DiskError>(synced)
         })

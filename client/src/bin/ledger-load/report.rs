@@ -19,7 +19,8 @@ pub struct Samples {
     pub back_pressure: u64,
     /// Calls failed otherwise.
     pub failures: u64,
-    /// What the first of those failures was, so that a run that fails says why.
+    /// What one of those failures was (the first that the first failing client met), so
+    /// that a run that fails says why.
     pub first_failure: Option<String>,
 }
 
