@@ -60,6 +60,18 @@
 //!   catches up every time; then a follower's synced log (or vote) has a bit flipped while
 //!   it is down, and it must refuse to start with the damage named while the other two
 //!   keep serving and every checker holds on them.
+//!
+//! Not fixed yet (ignored; `sim-tests/run.sh known-bugs` runs them, and each fails until
+//! its fix lands):
+//!
+//! - `every_effect_stays_linearizable_on_seeds_8399_and_9751`: found by the first
+//!   10,000-seed sweep on the disk store (the other 9,998 seeds pass); both seeds fail
+//!   the same way on the code before that sweep's last changes. The linearizability
+//!   checker finds no linearization for 32 effects (seed 8399) and 2 (seed 9751) whose
+//!   histories read as an ordinary sequence: a grant, its committed report, replays and
+//!   reads of the committed record. In those records ledger time is about 2 s behind the
+//!   simulator's clock and the horizon deadline lies 1.78 s past the grant's stamp plus
+//!   the horizon. Whether the ledger or the checker's model is wrong is not known yet.
 
 #![cfg(madsim)]
 
@@ -121,7 +133,19 @@ const BIT_FLIP: Scenario = Scenario {
     default_seeds: &[1, 2, 3],
 };
 
+const LINEARIZABLE_8399_9751: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "every_effect_stays_linearizable_on_seeds_8399_and_9751",
+    default_seeds: &[8399, 9751],
+};
+
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[test]
+#[ignore = "known bug: seeds 8399 and 9751 find effects with no linearization (module docs)"]
+fn every_effect_stays_linearizable_on_seeds_8399_and_9751() {
+    seeds::run(&LINEARIZABLE_8399_9751, scenario);
+}
 
 #[test]
 fn restarted_leader_stands_for_election() {
