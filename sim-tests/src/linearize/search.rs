@@ -9,14 +9,16 @@
 //! the time a command is applied at is ledger time, the leader's stamp, which may lag the
 //! simulator's clock or, when the nodes' clocks are wrong, run a little ahead of it
 //! ([`ClockSlack`]): the window is widened by as much; the order of operations in real
-//! time is kept exactly. A read leaves the clock where it is and says nothing about the
+//! time is kept exactly. A dispatch grant's stamp also carries the earliest real time the
+//! leader knew it to be, where the provider horizon starts; the model reads it from the
+//! grant's horizon deadline. A read leaves the clock where it is and says nothing about the
 //! stamps of what follows it: the leader stamps a command when it proposes it, so a
 //! command stamped before a read began may still be applied after the read. A pending
 //! operation (no answer) may be linearized anywhere after its invocation, or never.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ledger_core::{ClaimOutcome, Ledger, Outcome, ReconcileOutcome};
+use ledger_core::{ClaimOutcome, CommandBody, Ledger, Outcome, ReconcileOutcome, Stamp};
 
 use super::model::{read_form, same_outcome, sweep, translate};
 use super::oplog::{Answer, Call, Op};
@@ -150,7 +152,10 @@ impl<'a> Search<'a> {
             let Some(command) = translate(&next, command_id, body, &self.attempt_of) else {
                 continue;
             };
-            let outcome = next.apply(&command, at);
+            let Some(stamp) = stamp_for(op, model, at, self.slack) else {
+                continue;
+            };
+            let outcome = next.apply_stamped(&command, stamp);
             let matches = match &op.answer {
                 Some((_, Answer::Outcome(real))) => same_outcome(&outcome, real),
                 Some((_, Answer::Record(_))) => false,
@@ -237,6 +242,40 @@ fn stamp_hints(ops: &[&Op]) -> BTreeSet<u64> {
         stamps.extend(lengths.iter().map(|l| end.saturating_sub(*l)));
     }
     stamps
+}
+
+/// The stamp to apply command `op` with at ledger time `at`. A leader that knows real
+/// time is ahead of ledger time (ledger time lags after an outage no node measured)
+/// stamps the earliest real time it may be, and a dispatch grant's provider horizon
+/// starts there: the grant's answer shows it, as its horizon deadline less the tool's
+/// horizon. Otherwise ledger time is all the model knows of real time. `None` when the
+/// earliest real time the answer implies is later than the answer itself (plus what a
+/// wrong clock may lead by): no leader could have stamped that.
+fn stamp_for(op: &Op, model: &Ledger, at: u64, slack: ClockSlack) -> Option<Stamp> {
+    let grant = match &op.answer {
+        Some((_, Answer::Outcome(outcome))) => grant_of(outcome),
+        _ => None,
+    };
+    let (Some(deadline), Call::Command { body, .. }) =
+        (grant.and_then(|g| g.horizon_deadline_ms), &op.call)
+    else {
+        return Some(Stamp::at(at));
+    };
+    let horizon_ms = match (model.get(&op.key), body.as_ref()) {
+        (Some(record), _) => Some(record.policy.provider_horizon_ms),
+        (None, CommandBody::Claim { declaration, .. }) => model
+            .tenant(&op.key.tenant)
+            .and_then(|t| t.tools.get(&declaration.tool.tool_name()).cloned())
+            .map(|policy| policy.provider_horizon_ms),
+        _ => None,
+    };
+    let real_ms_min = horizon_ms.map_or(at, |h| deadline.saturating_sub(h).max(at));
+    let answered = op.answer.as_ref().map_or(u64::MAX, |(t, _)| *t);
+    (real_ms_min <= answered.saturating_add(slack.lead_ms)).then_some(Stamp {
+        ledger_ms: at,
+        real_ms_min,
+        real_ms_max: real_ms_min,
+    })
 }
 
 fn grant_of(outcome: &Outcome) -> Option<&ledger_core::Grant> {

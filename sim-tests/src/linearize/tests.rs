@@ -2,11 +2,14 @@
 //! reference ledger (whose fencing tokens are offset by another effect, as in a real
 //! cluster), then reordered, made concurrent, left pending, or forged.
 
-use ledger_core::{Caller, ClaimOutcome, Command, CommandBody, EffectKey, Ledger, Outcome, Report};
+use ledger_core::{
+    Caller, ClaimOutcome, Command, CommandBody, EffectKey, Ledger, Outcome, Report, Stamp,
+};
 
 use super::model::configured_ledger;
 use super::oplog::{Answer, Call, Op};
 use super::search::{Search, Verdict};
+use super::ClockSlack;
 use crate::fixtures::{declaration, effect_key, ToolKind};
 
 const EFFECT: &str = "lin";
@@ -233,4 +236,38 @@ fn command_stamped_before_a_read_began_may_apply_after_it() {
         read((1_300, 1_600), &before),
     ];
     assert_eq!(verdict(&ops), Verdict::Linearizable);
+}
+
+/// A leader that knew real time to be ahead of ledger time (ledger time lags after an
+/// outage no node measured) starts a dispatch grant's horizon at the earliest real time
+/// it may be: the model takes that time from the grant's horizon deadline. No leader can
+/// stamp a real time later than the answer, so a grant claiming one is not explained.
+#[test]
+fn a_grant_whose_horizon_starts_at_a_later_real_time_is_explained() {
+    let mut reference = reference();
+    let command = Command {
+        command_id: "c1".into(),
+        caller: Caller::Tenant(crate::fixtures::TENANT.into()),
+        body: claim("h1"),
+    };
+    let stamp = Stamp {
+        ledger_ms: 1_000,
+        real_ms_min: 2_500,
+        real_ms_max: 2_500,
+    };
+    let granted = reference.apply_stamped(&command, stamp);
+    token(&granted);
+    let lagging = ClockSlack {
+        lag_ms: 2_000,
+        lead_ms: 0,
+    };
+    let judge = |ops: Vec<Op>| {
+        Search::new(ops.iter().collect(), 100_000)
+            .with_clock_slack(lagging)
+            .run(&configured_ledger())
+    };
+    let in_time = op("c1", claim("h1"), (2_400, Some(2_600)), granted.clone());
+    assert_eq!(judge(vec![in_time]), Verdict::Linearizable);
+    let answered_before = op("c1", claim("h1"), (2_400, Some(2_450)), granted);
+    assert_eq!(judge(vec![answered_before]), Verdict::NotLinearizable);
 }
