@@ -190,20 +190,21 @@ pub(crate) fn replace<S: Store + ?Sized>(
         return;
     }
     let lease = |e: &Entries| e.lease_until_ms.map(|t| keycode::at_key(t, key));
-    let (old_lease, new_lease) = (old.and_then(lease), new.and_then(lease));
-    if old_lease != new_lease {
-        if let Some(entry) = old_lease {
-            store.delete(Table::Leases, &entry);
-        }
-        if let Some(entry) = new_lease {
-            store.put(Table::Leases, entry, Vec::new());
-        }
-    }
-    if old.and_then(Entries::retention) != new.and_then(Entries::retention) {
-        if let Some((e, t)) = old.and_then(|e| e.retention_deadline_ms.map(|t| (e, t))) {
+    move_entry(
+        store,
+        Table::Leases,
+        old.and_then(lease),
+        new.and_then(lease),
+    );
+    let (old_due, new_due) = (
+        old.and_then(Entries::retention),
+        new.and_then(Entries::retention),
+    );
+    if old_due != new_due {
+        if let (Some(e), Some((t, _))) = (old, old_due) {
             forget_deadline(store, key, e, t);
         }
-        if let Some((e, t)) = new.and_then(|e| e.retention_deadline_ms.map(|t| (e, t))) {
+        if let (Some(e), Some((t, _))) = (new, new_due) {
             note_deadline(store, key, e, t);
         }
     }
@@ -219,14 +220,30 @@ pub(crate) fn replace<S: Store + ?Sized>(
         }
     }
     let workflow = |e: &Entries| by_workflow(&key.tenant, &e.workflow_id, key);
-    let (old_workflow, new_workflow) = (old.map(workflow), new.map(workflow));
-    if old_workflow != new_workflow {
-        if let Some(entry) = old_workflow {
-            store.delete(Table::ByWorkflow, &entry);
-        }
-        if let Some(entry) = new_workflow {
-            store.put(Table::ByWorkflow, entry, Vec::new());
-        }
+    move_entry(
+        store,
+        Table::ByWorkflow,
+        old.map(workflow),
+        new.map(workflow),
+    );
+}
+
+/// Replaces the entry `old` of `table` with `new` (either may be absent), unless they are
+/// the same.
+fn move_entry<S: Store + ?Sized>(
+    store: &mut S,
+    table: Table,
+    old: Option<Vec<u8>>,
+    new: Option<Vec<u8>>,
+) {
+    if old == new {
+        return;
+    }
+    if let Some(entry) = old {
+        store.delete(table, &entry);
+    }
+    if let Some(entry) = new {
+        store.put(table, entry, Vec::new());
     }
 }
 
