@@ -34,9 +34,10 @@ impl<S: Store> Ledger<S> {
         if let Err(e) = valid {
             return e.into();
         }
-        let Some(ref rec) = self.get(&decl.key) else {
+        let Some(stored) = self.get(&decl.key) else {
             return self.missing(&decl.key).into();
         };
+        let rec = &stored;
         // The record's own policy: the volatile fields it was declared under.
         let offered = match canonicalize(&decl.intent_json, &rec.policy.volatile_fields) {
             Ok(offered) => offered,
@@ -58,7 +59,7 @@ impl<S: Store> Ledger<S> {
         if let Err(refusal) = self.check_growth(rec, &offered) {
             return refusal.into();
         }
-        self.update(&decl.key, |rec, _| {
+        self.update(stored, |rec, _| {
             let previous_hash = rec.intent_hash;
             rec.amendments.push(Amendment {
                 at_ms: now,

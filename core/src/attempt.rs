@@ -23,9 +23,10 @@ impl<S: Store> Ledger<S> {
         at: Stamp,
     ) -> Outcome {
         let now = at.ledger_ms;
-        let Some(ref rec) = self.get(key) else {
+        let Some(stored) = self.get(key) else {
             return self.missing(key).into();
         };
+        let rec = &stored;
         let kind = match rec.attempt_by_token(token) {
             Some(a) => a.kind,
             None => return stale(rec, token).into(),
@@ -50,7 +51,7 @@ impl<S: Store> Ledger<S> {
                 .into();
             }
         }
-        self.update(key, |rec, _| {
+        self.update(stored, |rec, _| {
             let open = rec.open_attempt_mut().expect("checked live");
             open.lease_until_ms = open.lease_until_ms.max(now.saturating_add(lease_ms));
             let lease_until_ms = open.lease_until_ms;
@@ -66,9 +67,10 @@ impl<S: Store> Ledger<S> {
         report: &Report,
         now: u64,
     ) -> Outcome {
-        let Some(ref rec) = self.get(key) else {
+        let Some(stored) = self.get(key) else {
             return self.missing(key).into();
         };
+        let rec = &stored;
         if let Err(refusal) = check_report(rec, token, report, now) {
             return refusal.into();
         }
@@ -78,7 +80,7 @@ impl<S: Store> Ledger<S> {
                 receipt: rec.receipt.clone(),
             };
         }
-        self.update(key, |rec, _| {
+        self.update(stored, |rec, _| {
             match report {
                 Report::Committed { receipt } => commit(rec, token, receipt, now),
                 Report::FailedBeforeEffect { proof } => {

@@ -31,31 +31,40 @@ use crate::store::Store;
 
 impl<S: Store> Ledger<S> {
     pub(crate) fn declare(&mut self, decl: &Declaration, slots: u32, now: u64) -> Outcome {
-        if let Err(e) = decl
-            .key
-            .validate()
-            .and_then(|()| validate_declaration(decl))
-        {
-            return e.into();
+        match self.new_records(decl, slots, now) {
+            Ok((keys, new)) => {
+                let created = !new.is_empty();
+                for rec in new {
+                    self.insert_record(rec);
+                }
+                Outcome::Declared { keys, created }
+            }
+            Err(refusal) => refusal.into(),
         }
+    }
+
+    /// What declaring `decl` with `slots` would create, not stored yet: every key it
+    /// covers and the records among them that do not exist; or why it is refused.
+    fn new_records(
+        &self,
+        decl: &Declaration,
+        slots: u32,
+        now: u64,
+    ) -> Result<(Vec<EffectKey>, Vec<EffectRecord>), Refusal> {
+        decl.key
+            .validate()
+            .and_then(|()| validate_declaration(decl))?;
         if slots == 0 || slots > SLOTS_MAX {
-            return FieldError::OutOfRange {
+            return Err(FieldError::OutOfRange {
                 field: "slots".into(),
                 detail: format!("{slots} is not in 1..={SLOTS_MAX}"),
             }
-            .into();
+            .into());
         }
-        let policy = match self.policy_for(&decl.key.tenant, &decl.tool) {
-            Ok(policy) => policy.clone(),
-            Err(refusal) => return refusal.into(),
-        };
-        let intent = match canonicalize(&decl.intent_json, &policy.volatile_fields) {
-            Ok(intent) => intent,
-            Err(e) => return Refusal::InvalidIntent(e).into(),
-        };
-        if let Err(refusal) = check_declaration_bytes(slots, &intent) {
-            return refusal.into();
-        }
+        let policy = self.policy_for(&decl.key.tenant, &decl.tool)?;
+        let intent = canonicalize(&decl.intent_json, &policy.volatile_fields)
+            .map_err(Refusal::InvalidIntent)?;
+        check_declaration_bytes(slots, &intent)?;
         let keys: Vec<EffectKey> = if slots == 1 {
             vec![decl.key.clone()]
         } else {
@@ -74,21 +83,21 @@ impl<S: Store> Ledger<S> {
             .chain([&other_shape])
             .find_map(|k| self.tombstone(k))
         {
-            return Refusal::Expired(Box::new(tombstone.expired())).into();
+            return Err(Refusal::Expired(Box::new(tombstone.expired())));
         }
         if let Some(ref existing) = self.get(&other_shape) {
-            return Refusal::Conflict(shape_conflict(existing, &intent)).into();
+            return Err(Refusal::Conflict(shape_conflict(existing, &intent)));
         }
         for key in &keys {
             if let Some(ref existing) = self.get(key) {
                 let offered =
                     match canonicalize(&decl.intent_json, &existing.policy.volatile_fields) {
                         Ok(offered) => offered,
-                        Err(e) => return Refusal::InvalidIntent(e).into(),
+                        Err(e) => return Err(Refusal::InvalidIntent(e)),
                     };
                 let slot_count = existing.slot.map_or(1, |s| s.count);
                 if let Some(c) = conflict(existing, &decl.tool, &offered, slot_count != slots) {
-                    return Refusal::Conflict(c).into();
+                    return Err(Refusal::Conflict(c));
                 }
             }
         }
@@ -103,14 +112,8 @@ impl<S: Store> Ledger<S> {
                 new_record(key.clone(), decl, &intent, slot, &policy, now)
             })
             .collect();
-        if let Err(refusal) = self.check_quota(&decl.key.tenant, &new) {
-            return refusal.into();
-        }
-        let created = !new.is_empty();
-        for rec in new {
-            self.insert_record(rec);
-        }
-        Outcome::Declared { keys, created }
+        self.check_quota(&decl.key.tenant, &new)?;
+        Ok((keys, new))
     }
 
     pub(crate) fn claim(
@@ -131,42 +134,52 @@ impl<S: Store> Ledger<S> {
         if let Err(e) = valid {
             return e.into();
         }
-        if self.get(&decl.key).is_none() {
-            if let Some(tombstone) = self.tombstone(&decl.key) {
-                return ClaimOutcome::Expired(tombstone.expired()).into();
-            }
-            if decl.key.slot().is_some() {
-                return Refusal::UnknownEffect(decl.key.clone()).into();
-            }
-            // Check what a grant needs before declaring, so a refused claim creates nothing.
-            match self.policy_for(&decl.key.tenant, &decl.tool) {
-                Ok(policy) if policy.confirmation_required && confirmation.is_none() => {
-                    return Refusal::ConfirmationRequired.into();
+        let (rec, stored) = match self.get(&decl.key) {
+            Some(rec) => (rec, true),
+            None => {
+                if let Some(tombstone) = self.tombstone(&decl.key) {
+                    return ClaimOutcome::Expired(tombstone.expired()).into();
                 }
-                Ok(_) => {}
-                Err(refusal) => return refusal.into(),
-            }
-            match self.declare(decl, 1, now) {
-                Outcome::Declared { .. } => {}
-                // The slot group once declared under this key was collected.
-                Outcome::Refused(Refusal::Expired(expired)) => {
-                    return ClaimOutcome::Expired(*expired).into();
+                if decl.key.slot().is_some() {
+                    return Refusal::UnknownEffect(decl.key.clone()).into();
                 }
-                refused => return refused,
+                // Check what a grant needs before declaring, so a refused claim creates
+                // nothing.
+                match self.policy_for(&decl.key.tenant, &decl.tool) {
+                    Ok(policy) if policy.confirmation_required && confirmation.is_none() => {
+                        return Refusal::ConfirmationRequired.into();
+                    }
+                    Ok(_) => {}
+                    Err(refusal) => return refusal.into(),
+                }
+                match self.new_records(decl, 1, now) {
+                    Ok((_, mut new)) => (new.pop().expect("an absent key is declared"), false),
+                    // The slot group once declared under this key was collected.
+                    Err(Refusal::Expired(expired)) => {
+                        return ClaimOutcome::Expired(*expired).into();
+                    }
+                    Err(refusal) => return refusal.into(),
+                }
             }
-        }
-        let rec = &self.get(&decl.key).expect("declared above");
-        let offered = match canonicalize(&decl.intent_json, &rec.policy.volatile_fields) {
-            Ok(offered) => offered,
-            Err(e) => return Refusal::InvalidIntent(e).into(),
         };
-        if let Some(c) = conflict(rec, &decl.tool, &offered, false) {
-            return Outcome::Claim(ClaimOutcome::Conflict(c));
+        // A record declared by this claim was declared with this very intent.
+        if stored {
+            let offered = match canonicalize(&decl.intent_json, &rec.policy.volatile_fields) {
+                Ok(offered) => offered,
+                Err(e) => return Refusal::InvalidIntent(e).into(),
+            };
+            if let Some(c) = conflict(&rec, &decl.tool, &offered, false) {
+                return Outcome::Claim(ClaimOutcome::Conflict(c));
+            }
         }
-        let answer = match answer_claim(rec, at) {
-            Answer::Final(outcome) => return Outcome::Claim(outcome),
+        let answer = match answer_claim(&rec, at) {
+            Answer::Final(outcome) => {
+                self.keep_declared(rec, stored);
+                return Outcome::Claim(outcome);
+            }
             Answer::Dispatch => {
                 if rec.policy.confirmation_required && confirmation.is_none() {
+                    self.keep_declared(rec, stored);
                     return Refusal::ConfirmationRequired.into();
                 }
                 if rec.dispatches_in_budget >= rec.policy.dispatch_attempts_max {
@@ -177,7 +190,7 @@ impl<S: Store> Ledger<S> {
             }
             other => other,
         };
-        self.update(&decl.key, |rec, next_token| {
+        self.write_record(rec, stored, |rec, next_token| {
             close_if_expired(rec, at);
             // Closing an expired reconciliation counts as an observation and may itself
             // have spent the budget.
@@ -200,6 +213,13 @@ impl<S: Store> Ledger<S> {
             }
         })
         .into()
+    }
+
+    /// Stores a record this claim declared but grants nothing on, as a declaration would.
+    fn keep_declared(&mut self, rec: EffectRecord, stored: bool) {
+        if !stored {
+            self.insert_record(rec);
+        }
     }
 }
 

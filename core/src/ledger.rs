@@ -326,56 +326,81 @@ impl<S: Store> Ledger<S> {
 
     /// Inserts a new record; it must not exist.
     pub(crate) fn insert_record(&mut self, rec: EffectRecord) {
-        check_record(&rec);
-        let key = keycode::key(&rec.key);
-        assert!(
-            self.store.get(Table::Tombstones, &key).is_none(),
-            "{}: record over a tombstone",
-            rec.key
-        );
-        assert!(
-            self.store.get(Table::Records, &key).is_none(),
-            "insert_record over an existing record"
-        );
-        index::replace(&mut self.store, &rec.key, None, Some(&Entries::of(&rec)));
-        Usage::add_record(&mut self.store, &rec);
-        self.store.save(Table::Records, key, &rec);
+        self.write_record(rec, false, |_, _| ());
     }
 
-    /// Changes a record through `change` (which also gets the next fencing token to hand
-    /// out), then checks its invariants and that committed never went back, and moves its
-    /// index entries. Panics if the record does not exist: callers look it up first.
+    /// Changes a record as just read from the store through `change` (which also gets
+    /// the next fencing token to hand out), then checks its invariants and that committed
+    /// never went back, and moves its index entries.
     pub(crate) fn update<R>(
         &mut self,
-        key: &EffectKey,
+        rec: EffectRecord,
         change: impl FnOnce(&mut EffectRecord, &mut u64) -> R,
     ) -> R {
-        let mut rec = self
-            .get(key)
-            .expect("update of a record that was looked up");
-        let before = Entries::of(&rec);
-        let bytes_before = record_bytes(&rec);
+        self.write_record(rec, true, change)
+    }
+
+    /// Changes `rec` through `change` and stores it: over its stored self when `stored`,
+    /// else as a new record, which must not exist. A record created and changed by one
+    /// command is written once, with only its final index entries.
+    pub(crate) fn write_record<R>(
+        &mut self,
+        mut rec: EffectRecord,
+        stored: bool,
+        change: impl FnOnce(&mut EffectRecord, &mut u64) -> R,
+    ) -> R {
+        let key = keycode::key(&rec.key);
+        let before = stored.then(|| (Entries::of(&rec), record_bytes(&rec)));
+        if !stored {
+            assert!(
+                self.store.get(Table::Tombstones, &key).is_none(),
+                "{}: record over a tombstone",
+                rec.key
+            );
+            assert!(
+                self.store.get(Table::Records, &key).is_none(),
+                "{}: a new record over an existing one",
+                rec.key
+            );
+        }
         let receipt_before = rec.receipt.clone();
         let token_before = self.next_fencing_token();
         let mut token = token_before;
         let result = change(&mut rec, &mut token);
         check_record(&rec);
         if receipt_before.is_some() {
-            assert_eq!(rec.receipt, receipt_before, "{key}: committed changed");
+            assert_eq!(
+                rec.receipt, receipt_before,
+                "{}: committed changed",
+                rec.key
+            );
             assert_eq!(
                 rec.state,
                 EffectState::Committed,
-                "{key}: committed reverted"
+                "{}: committed reverted",
+                rec.key
             );
         }
         if token != token_before {
             self.store.save(Table::Meta, TOKEN_KEY.to_vec(), &token);
         }
         let after = Entries::of(&rec);
-        index::replace(&mut self.store, key, Some(&before), Some(&after));
-        let bytes_after = record_bytes(&rec);
-        Usage::resize_record(&mut self.store, &key.tenant, bytes_before, bytes_after);
-        self.store.save(Table::Records, keycode::key(key), &rec);
+        index::replace(
+            &mut self.store,
+            &rec.key,
+            before.as_ref().map(|(entries, _)| entries),
+            Some(&after),
+        );
+        match before {
+            Some((_, bytes_before)) => Usage::resize_record(
+                &mut self.store,
+                &rec.key.tenant,
+                bytes_before,
+                record_bytes(&rec),
+            ),
+            None => Usage::add_record(&mut self.store, &rec),
+        }
+        self.store.save(Table::Records, key, &rec);
         result
     }
 

@@ -36,12 +36,13 @@ impl<S: Store> Ledger<S> {
         if let Err(e) = validate_name("holder", holder) {
             return e.into();
         }
-        let Some(ref rec) = self.get(key) else {
+        let Some(stored) = self.get(key) else {
             return match self.missing(key) {
                 Refusal::Expired(expired) => ReconcileOutcome::Expired(*expired).into(),
                 refusal => refusal.into(),
             };
         };
+        let rec = &stored;
         if let Some(receipt) = &rec.receipt {
             return ReconcileOutcome::Replay {
                 receipt: receipt.clone(),
@@ -63,7 +64,7 @@ impl<S: Store> Ledger<S> {
         if state != EffectState::UnknownAfterDispatch {
             return ReconcileOutcome::NotNeeded { state }.into();
         }
-        self.update(key, |rec, next_token| {
+        self.update(stored, |rec, next_token| {
             close_if_expired(rec, at);
             if let Some(e) = &rec.escalation {
                 return ReconcileOutcome::Escalated { reason: e.reason };
@@ -112,9 +113,10 @@ impl<S: Store> Ledger<S> {
         if let Err(e) = validate_detail("detail", detail) {
             return e.into();
         }
-        let Some(ref rec) = self.get(key) else {
+        let Some(stored) = self.get(key) else {
             return self.missing(key).into();
         };
+        let rec = &stored;
         let checked = match result {
             // A committed observation is a fact, taken from any reconciliation attempt.
             ObservationResult::Committed { receipt } => match rec.attempt_by_token(token) {
@@ -135,7 +137,7 @@ impl<S: Store> Ledger<S> {
                 escalated: false,
             };
         }
-        self.update(key, |rec, _| {
+        self.update(stored, |rec, _| {
             let absence = match result {
                 ObservationResult::NotCommitted => Some(absence(rec, now)),
                 _ => None,
@@ -199,13 +201,14 @@ impl<S: Store> Ledger<S> {
                 return refusal.into();
             }
         }
-        let Some(ref rec) = self.get(key) else {
+        let Some(stored) = self.get(key) else {
             return self.missing(key).into();
         };
+        let rec = &stored;
         let Some(escalation) = rec.escalation.clone() else {
             return Refusal::NotEscalated.into();
         };
-        self.update(key, |rec, _| {
+        self.update(stored, |rec, _| {
             match decision {
                 Decision::Committed { receipt } => {
                     let latest = rec.latest_token().unwrap_or(0);

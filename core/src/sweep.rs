@@ -38,7 +38,8 @@ impl<S: Store> Ledger<S> {
         due.truncate(limit as usize);
         let mut expired = 0;
         for key in &due {
-            if self.update(key, |rec, _| close_if_expired(rec, at)) {
+            let rec = self.get(key).expect("a lease entry has its record");
+            if self.update(rec, |rec, _| close_if_expired(rec, at)) {
                 expired += 1;
             }
         }

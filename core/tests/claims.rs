@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use ledger_core::store::Pair;
 use ledger_core::*;
 
 #[test]
@@ -13,6 +14,72 @@ fn proceed_on_a_new_key_declares_and_grants_in_one_command() {
     let g = h.proceed(&d);
     assert_eq!(g.horizon_deadline_ms, Some(h.now + HORIZON_MS));
     assert_eq!(h.state(&d), EffectState::InProgress);
+}
+
+/// A store that remembers every write it is asked for.
+#[derive(Default)]
+struct Recording {
+    inner: MemStore,
+    writes: Vec<(Table, Vec<u8>, bool)>,
+}
+
+impl Store for Recording {
+    fn get(&self, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
+        self.inner.scan(table, from, to, limit)
+    }
+    fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) {
+        self.writes.push((table, key.clone(), true));
+        self.inner.put(table, key, value);
+    }
+    fn delete(&mut self, table: Table, key: &[u8]) {
+        self.writes.push((table, key.to_vec(), false));
+        self.inner.delete(table, key);
+    }
+    fn corrupt(&self, table: Table, key: &[u8], what: &str) {
+        self.inner.corrupt(table, key, what);
+    }
+}
+
+#[test]
+fn a_claim_that_declares_writes_the_record_and_its_entries_once_and_deletes_nothing() {
+    let h = Harness::new();
+    let now = h.now;
+    let mut ledger = Ledger::on(Recording {
+        inner: h.ledger.into_store(),
+        writes: Vec::new(),
+    });
+    let claim = Command {
+        command_id: "c-1".into(),
+        caller: Caller::Tenant(TENANT.into()),
+        body: CommandBody::Claim {
+            declaration: refund("r-1"),
+            holder: "server-a".into(),
+            lease_ms: None,
+            confirmation: None,
+        },
+    };
+    assert!(matches!(
+        ledger.apply(&claim, now),
+        Outcome::Claim(ClaimOutcome::Proceed(_))
+    ));
+    let writes = &ledger.store().writes;
+    assert!(
+        writes.iter().all(|(_, _, put)| *put),
+        "a new record has no earlier entries to remove: {writes:?}"
+    );
+    let per_record = |table| writes.iter().filter(|(t, _, _)| *t == table).count();
+    for table in [
+        Table::Records,
+        Table::ByState,
+        Table::ByWorkflow,
+        Table::Leases,
+    ] {
+        assert_eq!(per_record(table), 1, "{table:?} written once: {writes:?}");
+    }
+    assert_eq!(per_record(Table::Retention), 0, "an open attempt is kept");
 }
 
 #[test]

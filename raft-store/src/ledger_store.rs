@@ -35,6 +35,13 @@ pub struct DiskStore {
     pending: Writes,
     /// Committed values of the small tables read by almost every command.
     cache: Mutex<Writes>,
+    /// Committed values of the other tables read while applying an entry (between
+    /// [`DiskStore::begin_entry`] and taking or discarding its writes), so a key looked
+    /// up several times is read from the disk once. Readers between entries leave it
+    /// alone, so it never outgrows one entry.
+    reads: Mutex<Writes>,
+    /// Whether an entry is being applied.
+    applying: bool,
     fault: Latch,
 }
 
@@ -87,7 +94,24 @@ fn table_page(
 }
 
 /// Values by table and key; `None` for a key that is absent (or deleted).
-type Writes = BTreeMap<(Table, Vec<u8>), Option<Vec<u8>>>;
+type Writes = BTreeMap<Table, BTreeMap<Vec<u8>, Option<Vec<u8>>>>;
+
+/// The value `writes` holds for `key` of `table`: `None` when it holds nothing,
+/// `Some(None)` when it holds the key's absence.
+fn lookup<'a>(writes: &'a Writes, table: Table, key: &[u8]) -> Option<&'a Option<Vec<u8>>> {
+    writes.get(&table)?.get(key)
+}
+
+/// Sets what `writes` holds for `key` of `table`.
+fn note(writes: &mut Writes, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
+    writes.entry(table).or_default().insert(key, value);
+}
+
+/// Locks a map of values, whether or not a panic poisoned it (the maps are only ever
+/// changed by whole inserts).
+fn locked(writes: &Mutex<Writes>) -> std::sync::MutexGuard<'_, Writes> {
+    writes.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Tables whose size is bounded by the number of tenants, not of records, and which
 /// most commands read: kept in memory once read.
@@ -102,7 +126,7 @@ impl std::fmt::Debug for DiskStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskStore")
             .field("generation", &self.generation)
-            .field("pending", &self.pending.len())
+            .field("pending", &self.pending_writes())
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +171,8 @@ impl DiskStore {
             generation,
             pending: BTreeMap::new(),
             cache: Mutex::default(),
+            reads: Mutex::default(),
+            applying: false,
             fault: Latch::default(),
         }
     }
@@ -161,29 +187,61 @@ impl DiskStore {
         &self.disk
     }
 
+    /// Starts applying an entry: reads are remembered until its writes are taken or
+    /// discarded.
+    pub(crate) fn begin_entry(&mut self) {
+        self.applying = true;
+    }
+
     /// Moves the pending writes into `batch`.
     pub(crate) fn take_writes(&mut self, batch: &mut WriteBatch) {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        for ((table, key), value) in std::mem::take(&mut self.pending) {
-            let at = disk_key(self.generation, table, &key);
-            if cached(table) {
-                cache.insert((table, key), value.clone());
+        let mut cache = locked(&self.cache);
+        for (table, writes) in std::mem::take(&mut self.pending) {
+            for (key, value) in writes {
+                let at = disk_key(self.generation, table, &key);
+                if cached(table) {
+                    note(&mut cache, table, key, value.clone());
+                }
+                match value {
+                    Some(value) => batch.put(Keyspace::State, at, seal(value)),
+                    None => batch.delete(Keyspace::State, at),
+                };
             }
-            match value {
-                Some(value) => batch.put(Keyspace::State, at, seal(value)),
-                None => batch.delete(Keyspace::State, at),
-            };
         }
+        drop(cache);
+        self.end_entry();
+    }
+
+    /// Stops remembering reads.
+    fn end_entry(&mut self) {
+        self.applying = false;
+        locked(&self.reads).clear();
     }
 
     /// How many writes are pending.
     pub(crate) fn pending_writes(&self) -> usize {
-        self.pending.len()
+        self.pending.values().map(BTreeMap::len).sum()
     }
 
     /// Forgets the pending writes.
     pub(crate) fn discard(&mut self) {
         self.pending.clear();
+        self.end_entry();
+    }
+
+    /// Where committed values of `table` are remembered, if anywhere.
+    fn known(&self, table: Table) -> Option<&Mutex<Writes>> {
+        if cached(table) {
+            Some(&self.cache)
+        } else {
+            self.applying.then_some(&self.reads)
+        }
+    }
+
+    /// Whether `key` of `table` is known to be absent from the disk.
+    fn absent_from_disk(&self, table: Table, key: &[u8]) -> bool {
+        self.known(table)
+            .is_some_and(|known| matches!(lookup(&locked(known), table, key), Some(None)))
     }
 
     /// The damage found so far, if any.
@@ -205,15 +263,12 @@ impl DiskStore {
 
 impl Store for DiskStore {
     fn get(&self, table: Table, key: &[u8]) -> Option<Vec<u8>> {
-        let at = (table, key.to_vec());
-        if let Some(pending) = self.pending.get(&at) {
+        if let Some(pending) = lookup(&self.pending, table, key) {
             return pending.clone();
         }
-        if cached(table) {
-            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(value) = cache.get(&at) {
-                return value.clone();
-            }
+        let known = self.known(table);
+        if let Some(value) = known.and_then(|known| lookup(&locked(known), table, key).cloned()) {
+            return value;
         }
         let read = self
             .disk
@@ -222,9 +277,8 @@ impl Store for DiskStore {
             .and_then(|value| value.map(|v| opened(&v)).transpose());
         match read {
             Ok(value) => {
-                if cached(table) {
-                    let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-                    cache.insert(at, value.clone());
+                if let Some(known) = known {
+                    note(&mut locked(known), table, key.to_vec(), value.clone());
                 }
                 value
             }
@@ -250,17 +304,17 @@ impl Store for DiskStore {
                 (false, Some((last, _))) => Bound::Included(last.clone()),
                 _ => to.map_or(Bound::Unbounded, |to| Bound::Excluded(to.to_vec())),
             };
-            let lower = (table, cursor.clone());
-            let upper = match upper {
-                Bound::Included(k) => Bound::Included((table, k)),
-                Bound::Excluded(k) => Bound::Excluded((table, k)),
-                Bound::Unbounded => Bound::Unbounded,
-            };
             let mut pending = self
                 .pending
-                .range((Bound::Included(lower), upper))
-                .take_while(|((t, _), _)| *t == table)
-                .map(|((_, k), v)| (k.clone(), v.clone()))
+                .get(&table)
+                .into_iter()
+                .flat_map(|writes| {
+                    writes.range::<[u8], _>((
+                        Bound::Included(&cursor[..]),
+                        upper.as_ref().map(Vec::as_slice),
+                    ))
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
                 .peekable();
             let mut disk = page.iter().peekable();
             loop {
@@ -298,11 +352,19 @@ impl Store for DiskStore {
     }
 
     fn put(&mut self, table: Table, key: Vec<u8>, value: Vec<u8>) {
-        self.pending.insert((table, key), Some(value));
+        note(&mut self.pending, table, key, Some(value));
     }
 
     fn delete(&mut self, table: Table, key: &[u8]) {
-        self.pending.insert((table, key.to_vec()), None);
+        // A key written only by this entry and absent from the disk needs no delete on
+        // the disk: forgetting the write is enough.
+        if self.absent_from_disk(table, key) {
+            if let Some(writes) = self.pending.get_mut(&table) {
+                writes.remove(key);
+            }
+        } else {
+            note(&mut self.pending, table, key.to_vec(), None);
+        }
     }
 
     fn corrupt(&self, table: Table, key: &[u8], what: &str) {
@@ -381,7 +443,79 @@ mod tests {
     use ledger_core::store::MemStore;
 
     use super::*;
-    use crate::disk::SimDisk;
+    use crate::disk::{SimDisk, WriteOp};
+
+    /// While an entry is applied, a key is read from the disk once, and a key the entry
+    /// created where the disk had none leaves no delete behind; between entries nothing is
+    /// remembered, so readers cannot grow the store's memory.
+    #[test]
+    fn an_entry_reads_each_key_once_and_skips_deletes_of_its_own_new_keys() {
+        let disk: DiskRef = Arc::new(SimDisk::new());
+        let mut store = DiskStore::new(disk.clone(), 0);
+        let commit = |store: &mut DiskStore| {
+            let mut batch = WriteBatch::new();
+            store.take_writes(&mut batch);
+            let ops = batch.ops().to_vec();
+            disk.write(batch).unwrap();
+            ops
+        };
+        store.put(Table::Records, b"old".to_vec(), vec![1]);
+        commit(&mut store);
+
+        store.begin_entry();
+        assert_eq!(store.get(Table::Records, b"new"), None);
+        assert_eq!(store.get(Table::Records, b"old"), Some(vec![1]));
+        // The disk changes under the entry; the entry keeps what it read first.
+        let mut behind = WriteBatch::new();
+        behind.put(
+            Keyspace::State,
+            disk_key(0, Table::Records, b"old"),
+            seal(vec![7]),
+        );
+        disk.write(behind).unwrap();
+        assert_eq!(
+            store.get(Table::Records, b"old"),
+            Some(vec![1]),
+            "read once"
+        );
+        store.put(Table::Records, b"new".to_vec(), vec![2]);
+        store.delete(Table::Records, b"new");
+        store.delete(Table::Records, b"old");
+        // Never read: its absence is not known, so its delete is kept.
+        store.put(Table::ByState, b"blind".to_vec(), vec![]);
+        store.delete(Table::ByState, b"blind");
+        assert_eq!(store.get(Table::Records, b"new"), None);
+        let ops = commit(&mut store);
+        let deleted: Vec<Vec<u8>> = ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Delete { key, .. } => key.clone(),
+                other => panic!("only deletes were left: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            deleted,
+            vec![
+                disk_key(0, Table::Records, b"old"),
+                disk_key(0, Table::ByState, b"blind"),
+            ]
+        );
+
+        // Between entries every read goes to the disk and nothing is remembered.
+        store.put(Table::Records, b"later".to_vec(), vec![3]);
+        commit(&mut store);
+        assert_eq!(store.get(Table::Records, b"later"), Some(vec![3]));
+        let mut behind = WriteBatch::new();
+        behind.put(
+            Keyspace::State,
+            disk_key(0, Table::Records, b"later"),
+            seal(vec![4]),
+        );
+        disk.write(behind).unwrap();
+        assert_eq!(store.get(Table::Records, b"later"), Some(vec![4]));
+        assert!(locked(&store.reads).is_empty());
+        assert!(store.fault().is_none());
+    }
 
     /// The same writes, some committed to disk and some pending, read like one map.
     #[test]

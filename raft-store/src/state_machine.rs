@@ -63,6 +63,7 @@ impl Applied {
         }
         let mut membership = None;
         let ledger = &mut self.ledger;
+        ledger.store_mut().begin_entry();
         // A damaged value reads as absent, which can lead the ledger's own invariant
         // checks to panic; with a fault latched, that panic only means "stop here".
         let applied =
