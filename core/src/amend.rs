@@ -85,7 +85,7 @@ impl<S: Store> Ledger<S> {
             return Ok(());
         }
         let tenant = &rec.key.tenant;
-        let Some(config) = self.tenant(tenant) else {
+        let Some(config) = self.tenant_config(tenant) else {
             return Err(Refusal::UnknownTenant(tenant.clone()));
         };
         crate::usage::Usage::check_quota(&self.store, tenant, &config.settings, 0, growth_bytes)

@@ -12,8 +12,6 @@
 //! are judged by ledger time, provider horizons by the stamp's bounds on real time (see
 //! [`crate::stamp`]).
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -22,23 +20,15 @@ use crate::index::{self, Entries};
 use crate::key::{validate_command_id, validate_tenant, EffectKey};
 use crate::keycode::{self, put_caller, put_str};
 use crate::outcome::{Outcome, Refusal};
-use crate::policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
+use crate::policy::TenantSettings;
 use crate::record::{EffectRecord, EffectState};
 use crate::stamp::Stamp;
 use crate::store::{MemStore, Store, StoreExt, Table};
+use crate::tenants::TenantMemo;
 use crate::tombstone::Tombstone;
 use crate::usage::{record_bytes, Usage};
 
 pub use crate::query::ListQuery;
-
-/// A tenant's settings and tool policies.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct TenantConfig {
-    /// Settings.
-    pub settings: TenantSettings,
-    /// Policy per tool.
-    pub tools: BTreeMap<ToolName, ToolPolicy>,
-}
 
 /// A remembered command: its fingerprint, first outcome and when it may be forgotten.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +63,7 @@ pub(crate) fn command_expiry_key(expires_at_ms: u64, caller: &Caller, command_id
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ledger<S = MemStore> {
     pub(crate) store: S,
+    pub(crate) tenant_memo: TenantMemo,
 }
 
 impl Ledger {
@@ -85,7 +76,10 @@ impl Ledger {
 impl<S: Store> Ledger<S> {
     /// The ledger kept in `store` (empty or as left by earlier applies).
     pub fn on(store: S) -> Self {
-        Ledger { store }
+        Ledger {
+            store,
+            tenant_memo: TenantMemo::default(),
+        }
     }
 
     /// The store.
@@ -161,7 +155,7 @@ impl<S: Store> Ledger<S> {
     fn remember(&mut self, command: &Command, fingerprint: [u8; 32], outcome: &Outcome, now: u64) {
         let retention_ms = match &command.caller {
             Caller::Tenant(t) => {
-                self.tenant(t)
+                self.tenant_config(t)
                     .expect("admitted commands come from registered tenants")
                     .settings
                     .command_retention_ms
@@ -264,54 +258,12 @@ impl<S: Store> Ledger<S> {
         Ok(())
     }
 
-    fn put_tenant(&mut self, tenant: &str, settings: &TenantSettings) -> Outcome {
-        if let Err(e) = validate_tenant(tenant) {
-            return e.into();
-        }
-        let mut config = self.tenant(tenant).unwrap_or_default();
-        config.settings = settings.clone();
-        self.store
-            .save(Table::Tenants, keycode::string(tenant), &config);
-        Outcome::Configured
-    }
-
-    fn put_tool_policy(&mut self, tenant: &str, tool: &ToolName, policy: &ToolPolicy) -> Outcome {
-        let Some(mut config) = self.tenant(tenant) else {
-            return Refusal::UnknownTenant(tenant.to_owned()).into();
-        };
-        let valid = crate::key::validate_name("tool.provider", &tool.provider)
-            .and_then(|()| crate::key::validate_name("tool.name", &tool.name));
-        if let Err(e) = valid {
-            return e.into();
-        }
-        if let Err(e) = policy.validate() {
-            return Refusal::InvalidPolicy(e).into();
-        }
-        config.tools.insert(tool.clone(), policy.clone());
-        self.store
-            .save(Table::Tenants, keycode::string(tenant), &config);
-        Outcome::Configured
-    }
-
-    /// The policy for a new effect of `tool`; read-only tools have no effects.
-    pub(crate) fn policy_for(&self, tenant: &str, tool: &ToolRef) -> Result<ToolPolicy, Refusal> {
-        let name = tool.tool_name();
-        let policy = self
-            .tenant(tenant)
-            .and_then(|mut t| t.tools.remove(&name))
-            .ok_or_else(|| Refusal::UnknownTool(name.clone()))?;
-        if policy.class == ReplayClass::ReadOnly {
-            return Err(Refusal::ReadOnlyTool(name));
-        }
-        Ok(policy)
-    }
-
     /// Whether the `new` records fit `tenant`'s quotas (nothing new always fits).
     pub(crate) fn check_quota(&self, tenant: &str, new: &[EffectRecord]) -> Result<(), Refusal> {
         if new.is_empty() {
             return Ok(());
         }
-        let Some(config) = self.tenant(tenant) else {
+        let Some(config) = self.tenant_config(tenant) else {
             return Err(Refusal::UnknownTenant(tenant.to_owned()));
         };
         let bytes = new.iter().map(record_bytes).sum();
@@ -497,38 +449,6 @@ impl<S: Store> Ledger<S> {
         self.store
             .load(Table::Meta, TOKEN_KEY, "fencing token")
             .unwrap_or(1)
-    }
-
-    /// A tenant's configuration.
-    pub fn tenant(&self, tenant: &str) -> Option<TenantConfig> {
-        self.store
-            .load(Table::Tenants, &keycode::string(tenant), "tenant")
-    }
-
-    /// Whether `tenant` is registered, without decoding its configuration (every command
-    /// asks, and a tenant's configuration holds all of its tool policies). A stored
-    /// configuration that does not decode still counts as registered here; the damage is
-    /// found where a setting is first read (`remember`, `policy_for`), which latches the
-    /// store's fault.
-    fn has_tenant(&self, tenant: &str) -> bool {
-        self.store
-            .get(Table::Tenants, &keycode::string(tenant))
-            .is_some()
-    }
-
-    /// All tenants in order.
-    pub fn tenants(&self) -> Vec<(String, TenantConfig)> {
-        let mut out = Vec::new();
-        self.store
-            .walk(Table::Tenants, Vec::new(), None, |key, value| {
-                let name = keycode::Reader::new(key).string();
-                match (name, crate::store::decode_value(value)) {
-                    (Some(name), Some(config)) => out.push((name, config)),
-                    _ => self.store.corrupt(Table::Tenants, key, "tenant"),
-                }
-                true
-            });
-        out
     }
 }
 

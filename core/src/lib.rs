@@ -49,13 +49,14 @@ pub mod snapshot;
 pub mod stamp;
 pub mod store;
 mod sweep;
+pub mod tenants;
 pub mod tombstone;
 pub mod usage;
 
 pub use command::{Caller, Command, CommandBody, Declaration, Report};
 pub use intent::{canonicalize, CanonicalIntent, IntentHash};
 pub use key::EffectKey;
-pub use ledger::{Ledger, ListQuery, TenantConfig};
+pub use ledger::{Ledger, ListQuery};
 pub use outcome::{
     ClaimOutcome, Grant, IntentConflict, Outcome, Quota, ReconcileOutcome, Refusal, Unsettled,
 };
@@ -67,5 +68,6 @@ pub use record::{
 };
 pub use stamp::Stamp;
 pub use store::{MemStore, Store, Table};
+pub use tenants::TenantConfig;
 pub use tombstone::{ExpiredEffect, ReceiptDigest, Tombstone};
 pub use usage::TenantUsage;

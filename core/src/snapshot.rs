@@ -18,9 +18,10 @@ use crate::command::Caller;
 use crate::index;
 use crate::key::EffectKey;
 use crate::keycode::{self, Reader};
-use crate::ledger::{command_expiry_key, CommandEntry, Ledger, TenantConfig, CLOCK_KEY, TOKEN_KEY};
+use crate::ledger::{command_expiry_key, CommandEntry, Ledger, CLOCK_KEY, TOKEN_KEY};
 use crate::record::EffectRecord;
 use crate::store::{decode_value, MemStore, Store, StoreExt, Table};
+use crate::tenants::TenantConfig;
 use crate::tombstone::Tombstone;
 
 /// Largest snapshot accepted by [`Ledger::from_snapshot`], which holds it in one buffer.
