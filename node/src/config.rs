@@ -3,13 +3,23 @@
 //! Everything has a default except the node id, the listen address and the data folder,
 //! so a three-node cluster on loopback needs three lines per node (see `deploy/`).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use ledger_core::Caller;
+
+/// Values given on the command line, which take precedence over the file's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// The node's Raft id.
+    pub node_id: Option<u64>,
+    /// Where the gRPC services listen.
+    pub listen_addr: Option<SocketAddr>,
+    /// The data folder.
+    pub data_dir: Option<PathBuf>,
+}
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -30,9 +40,6 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
-    /// A flag is unknown or lacks its value.
-    #[error("{0}")]
-    Flag(String),
     /// The values do not make sense together.
     #[error("invalid configuration: {0}")]
     Invalid(String),
@@ -168,9 +175,6 @@ pub struct NodeConfig {
     pub node_id: u64,
     /// Where the gRPC services listen.
     pub listen_addr: SocketAddr,
-    /// The address peers and clients dial (`host:port`); `listen_addr` when absent.
-    #[serde(default)]
-    pub advertise_addr: Option<String>,
     /// Where the Prometheus endpoint (`GET /metrics`, plain HTTP) listens; none when
     /// absent. Serve it on an address only the monitoring system reaches.
     #[serde(default)]
@@ -245,68 +249,28 @@ impl NodeConfig {
         Ok(config)
     }
 
-    /// Loads `--config <file>` and applies the flags that override it:
-    /// `--node-id`, `--listen`, `--advertise`, `--data-dir`.
-    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, ConfigError> {
-        let mut flags = BTreeMap::new();
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            let known = [
-                "--config",
-                "--node-id",
-                "--listen",
-                "--advertise",
-                "--data-dir",
-            ];
-            if !known.contains(&flag.as_str()) {
-                return Err(ConfigError::Flag(format!(
-                    "unknown flag {flag}; usage: ledger-node --config <file> [--node-id N] \
-                     [--listen ip:port] [--advertise host:port] [--data-dir path]"
-                )));
-            }
-            let value = args
-                .next()
-                .ok_or_else(|| ConfigError::Flag(format!("{flag} needs a value")))?;
-            flags.insert(flag, value);
-        }
-        let path = PathBuf::from(
-            flags
-                .remove("--config")
-                .ok_or_else(|| ConfigError::Flag("--config <file> is required".into()))?,
-        );
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
+    /// Loads the configuration file at `path` and applies `overrides` (the command
+    /// line's).
+    pub fn load(path: &Path, overrides: Overrides) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
             source,
         })?;
         let mut config: NodeConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.clone(),
+            path: path.to_owned(),
             message: e.to_string(),
         })?;
-        if let Some(v) = flags.remove("--node-id") {
-            config.node_id = v
-                .parse()
-                .map_err(|_| ConfigError::Flag(format!("--node-id {v} is not a number")))?;
+        if let Some(node_id) = overrides.node_id {
+            config.node_id = node_id;
         }
-        if let Some(v) = flags.remove("--listen") {
-            config.listen_addr = v
-                .parse()
-                .map_err(|_| ConfigError::Flag(format!("--listen {v} is not ip:port")))?;
+        if let Some(listen_addr) = overrides.listen_addr {
+            config.listen_addr = listen_addr;
         }
-        if let Some(v) = flags.remove("--advertise") {
-            config.advertise_addr = Some(v);
-        }
-        if let Some(v) = flags.remove("--data-dir") {
-            config.data_dir = v.into();
+        if let Some(data_dir) = overrides.data_dir {
+            config.data_dir = data_dir;
         }
         config.validate()?;
         Ok(config)
-    }
-
-    /// The address peers and clients dial.
-    pub fn advertised(&self) -> String {
-        self.advertise_addr
-            .clone()
-            .unwrap_or_else(|| self.listen_addr.to_string())
     }
 
     /// Whom an API key authenticates.
@@ -414,7 +378,6 @@ mod tests {
         assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
         assert_eq!(c.proposer.admitted_calls_max, 1_024);
         assert_eq!(c.proposer.overloaded_retry_after_ms, 100);
-        assert_eq!(c.advertised(), "127.0.0.1:7001");
         assert_eq!(
             c.caller_for("tenant-acme-key-0001"),
             Some(Caller::Tenant("acme".into()))

@@ -61,6 +61,7 @@ impl LedgerService {
             )
             .record(started.elapsed());
             let outcome = result?;
+            crate::metrics::count_outcome(name, &outcome);
             if let Outcome::Refused(refusal) = &outcome {
                 tracing::info!(%refusal, "refused");
             } else {

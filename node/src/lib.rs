@@ -1,8 +1,9 @@
 //! The effect ledger node: a Raft member that serves the ledger to stateless tool servers.
 //!
-//! One gRPC listener carries three services: the ledger API (`ledger_service`), cluster
-//! administration and operator configuration (`admin_service`), and the internal Raft
-//! transport with follower-to-leader forwarding (`raft_service`). Any node accepts every
+//! One gRPC listener carries four services: the ledger API (`ledger_service`), cluster
+//! administration and operator configuration (`admin_service`), the standard health
+//! service (`health`), and the internal Raft transport with follower-to-leader forwarding
+//! (`raft_service`). Any node accepts every
 //! call. The same code runs on real tokio and tonic and, under `--cfg madsim`, in the
 //! deterministic simulator; only the disk differs (RocksDB or the simulated disk).
 //!
@@ -20,10 +21,12 @@
 //! - [`sweeper`]: the leader's lease-expiry and garbage-collection proposals.
 //! - [`network`] and [`raft_service`]: the Raft transport, client and server sides; Raft's
 //!   messages travel on connections of their own, apart from forwarded client calls.
-//! - [`ledger_service`], [`admin_service`]: the public gRPC services.
+//! - [`ledger_service`], [`admin_service`]: the public gRPC services; [`health`]: the
+//!   standard gRPC health service (ready: a leader is known and the log is applied).
 //! - [`auth`]: API keys to callers. [`error`]: failures and their gRPC statuses.
 //! - [`metrics`]: the names of what a node measures (stage times of a command, calls by
-//!   result); the binary exports them for Prometheus.
+//!   result, outcomes and refusals, sweeps); [`gauges`]: its Raft and ledger state,
+//!   sampled; the binary exports them for Prometheus.
 //! - [`wire`]: versioned payloads between nodes.
 
 pub mod admin_service;
@@ -32,6 +35,8 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod gauges;
+pub mod health;
 pub mod ledger_service;
 pub mod ledger_time;
 pub mod metrics;
@@ -175,6 +180,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let sweeper = tokio::spawn(sweeper::run(node.clone(), config.sweeper.clone()));
+    let gauges = config
+        .metrics_listen_addr
+        .map(|_| tokio::spawn(gauges::sample(node.clone())));
     let auth = auth::Authenticator::new(config);
     tracing::info!(node_id = config.node_id, addr = %config.listen_addr, "serving");
     let served = Server::builder()
@@ -188,6 +196,9 @@ pub async fn serve(
         .add_service(pb::admin_server::AdminServer::new(
             admin_service::AdminService::new(node.clone(), auth),
         ))
+        .add_service(ledger_proto::health::health_server::HealthServer::new(
+            health::HealthService::new(node.clone()),
+        ))
         .add_service(ledger_proto::raft_server(raft_service::RaftService::new(
             node.clone(),
             &config.cluster_secret,
@@ -196,6 +207,9 @@ pub async fn serve(
         .await;
     tracing::info!(node_id = config.node_id, "shutting down");
     sweeper.abort();
+    if let Some(gauges) = gauges {
+        gauges.abort();
+    }
     let stopped = node.raft.shutdown().await;
     served.map_err(|e| RunError::Server(e.to_string()))?;
     stopped.map_err(|e| RunError::Raft(format!("shutdown: {e:?}")))

@@ -1,24 +1,70 @@
-//! `ledger-node --config <file> [--node-id N] [--listen ip:port] [--advertise host:port]
-//! [--data-dir path]`: parse the configuration, open the store, serve until SIGINT or
-//! SIGTERM, then shut down gracefully.
+//! `ledger-node`: parse the command line and the configuration file, open the store,
+//! serve until SIGINT or SIGTERM, then shut down gracefully. `ledger-node --help` lists
+//! the flags; every flag also reads an environment variable.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ledger_node::config::{NodeConfig, StorageKind};
+use clap::{Parser, ValueEnum};
+
+use ledger_node::config::{NodeConfig, Overrides, StorageKind};
 use ledger_node::RunError;
 use ledger_raft_store::{DiskRef, RocksDisk, SimDisk, StoreError};
 
+/// A replicated effect-ledger node: serves the ledger's gRPC API, the cluster's Raft
+/// transport and the standard health service on its listen address, and Prometheus
+/// metrics on `metrics_listen_addr` when configured.
+#[derive(Debug, Parser)]
+#[command(name = "ledger-node", version)]
+struct Cli {
+    /// The node's TOML configuration (see node/src/config.rs and deploy/).
+    #[arg(long, env = "LEDGER_NODE_CONFIG", value_name = "FILE")]
+    config: PathBuf,
+    /// This node's Raft id, instead of the file's `node_id`.
+    #[arg(long, env = "LEDGER_NODE_ID", value_name = "N")]
+    node_id: Option<u64>,
+    /// Where to listen, instead of the file's `listen_addr`.
+    #[arg(long, env = "LEDGER_LISTEN", value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
+    /// The data folder, instead of the file's `data_dir`.
+    #[arg(long, env = "LEDGER_DATA_DIR", value_name = "PATH")]
+    data_dir: Option<PathBuf>,
+    /// How log lines are written to stderr (filter them with RUST_LOG, default info).
+    #[arg(long, env = "LEDGER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let config = match NodeConfig::from_args(std::env::args().skip(1)) {
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    let overrides = Overrides {
+        node_id: cli.node_id,
+        listen_addr: cli.listen,
+        data_dir: cli.data_dir,
+    };
+    let config = match NodeConfig::load(&cli.config, overrides) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("ledger-node: {e}");

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use metrics::Unit;
 
+use ledger_core::{ClaimOutcome, Outcome, ReconcileOutcome, Refusal};
+
 use crate::error::NodeError;
 
 /// Measures how long a stage took, for the histograms here only: a duration on this
@@ -52,10 +54,97 @@ pub const REPLICATE_SECONDS: &str = "ledger_replicate_seconds";
 /// are a command (unauthenticated, malformed) are answered at once and not counted.
 pub const CALL_SECONDS: &str = "ledger_call_seconds";
 
+/// Served commands by command and outcome: for a claim, what it answered (`proceed`,
+/// `replay`, `in_flight`, ...); for a reconciliation, likewise; for a report or an
+/// observation, the state it left (`committed`, `unknown_after_dispatch`, ...); for a
+/// refusal, `refused` (its kind is in [`REFUSALS_TOTAL`]).
+pub const OUTCOMES_TOTAL: &str = "ledger_outcomes_total";
+/// Refused commands by command and kind of refusal (`conflict`, `stale_token`, ...).
+pub const REFUSALS_TOTAL: &str = "ledger_refusals_total";
+/// Open attempts the leader's sweeper closed because their lease ran out.
+pub const SWEEPER_EXPIRED_TOTAL: &str = "ledger_sweeper_expired_total";
+/// Records and tombstones the leader's sweeper collected after their retention.
+pub const SWEEPER_COLLECTED_TOTAL: &str = "ledger_sweeper_collected_total";
+
+/// The `outcome` label of an applied command.
+pub fn outcome_label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Configured => "configured",
+        Outcome::Declared { .. } => "declared",
+        Outcome::Claim(claim) => match claim {
+            ClaimOutcome::Proceed(_) => "proceed",
+            ClaimOutcome::Replay { .. } => "replay",
+            ClaimOutcome::InFlight { .. } => "in_flight",
+            ClaimOutcome::Reconcile(_) => "reconcile",
+            ClaimOutcome::Conflict(_) => "conflict",
+            ClaimOutcome::Escalated { .. } => "escalated",
+            ClaimOutcome::HorizonPassed(_) => "horizon_passed",
+            ClaimOutcome::Expired(_) => "expired",
+        },
+        Outcome::LeaseExtended { .. } => "lease_extended",
+        Outcome::Reported { state, .. } => state.as_str(),
+        Outcome::Reconcile(reconcile) => match reconcile {
+            ReconcileOutcome::Observe(_) => "observe",
+            ReconcileOutcome::Replay { .. } => "replay",
+            ReconcileOutcome::InFlight { .. } => "in_flight",
+            ReconcileOutcome::Escalated { .. } => "escalated",
+            ReconcileOutcome::NotNeeded { .. } => "not_needed",
+            ReconcileOutcome::Expired(_) => "expired",
+        },
+        Outcome::Observed {
+            escalated: true, ..
+        } => "escalated",
+        Outcome::Observed { state, .. } => state.as_str(),
+        Outcome::Decided { .. } => "decided",
+        Outcome::Swept { .. } => "swept",
+        Outcome::Refused(_) => "refused",
+        Outcome::Amended { .. } => "amended",
+    }
+}
+
+/// The `kind` label of a refusal.
+pub fn refusal_label(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::InvalidField(_) => "invalid_field",
+        Refusal::InvalidIntent(_) => "invalid_intent",
+        Refusal::UnknownTenant(_) => "unknown_tenant",
+        Refusal::WrongTenant { .. } => "wrong_tenant",
+        Refusal::NotPermitted { .. } => "not_permitted",
+        Refusal::UnknownTool(_) => "unknown_tool",
+        Refusal::ReadOnlyTool(_) => "read_only_tool",
+        Refusal::InvalidPolicy(_) => "invalid_policy",
+        Refusal::UnknownEffect(_) => "unknown_effect",
+        Refusal::Conflict(_) => "conflict",
+        Refusal::StaleToken { .. } => "stale_token",
+        Refusal::LeaseExpired { .. } => "lease_expired",
+        Refusal::WrongAttemptKind(_) => "wrong_attempt_kind",
+        Refusal::AlreadyFinal { .. } => "already_final",
+        Refusal::ProofRequired => "proof_required",
+        Refusal::ConfirmationRequired => "confirmation_required",
+        Refusal::NotEscalated => "not_escalated",
+        Refusal::CommandIdReused(_) => "command_id_reused",
+        Refusal::AmendNotAllowed { .. } => "amend_not_allowed",
+        Refusal::TooManyAmendments { .. } => "too_many_amendments",
+        Refusal::Expired(_) => "expired",
+        Refusal::QuotaExceeded { .. } => "quota_exceeded",
+        Refusal::DeclarationTooLarge { .. } => "declaration_too_large",
+    }
+}
+
+/// Counts an applied command's outcome (and its refusal's kind).
+pub fn count_outcome(command: &'static str, outcome: &Outcome) {
+    metrics::counter!(OUTCOMES_TOTAL, "command" => command, "outcome" => outcome_label(outcome))
+        .increment(1);
+    if let Outcome::Refused(refusal) = outcome {
+        metrics::counter!(REFUSALS_TOTAL, "command" => command, "kind" => refusal_label(refusal))
+            .increment(1);
+    }
+}
+
 /// The `result` label of a served call: `applied`, `refused`, or what failed.
-pub fn result_label(result: &Result<ledger_core::Outcome, NodeError>) -> &'static str {
+pub fn result_label(result: &Result<Outcome, NodeError>) -> &'static str {
     match result {
-        Ok(ledger_core::Outcome::Refused(_)) => "refused",
+        Ok(Outcome::Refused(_)) => "refused",
         Ok(_) => "applied",
         Err(NodeError::Unavailable(_)) => "unavailable",
         Err(NodeError::NotLeader(_)) => "not_leader",
@@ -98,10 +187,34 @@ const DESCRIPTIONS: [(&str, Unit, &str); 5] = [
     ),
 ];
 
+/// Every counter of the node with its help text.
+const COUNTERS: [(&str, &str); 4] = [
+    (
+        OUTCOMES_TOTAL,
+        "ledger commands applied, by command and outcome",
+    ),
+    (
+        REFUSALS_TOTAL,
+        "ledger commands refused, by command and kind of refusal",
+    ),
+    (
+        SWEEPER_EXPIRED_TOTAL,
+        "open attempts closed by the sweeper because their lease ran out",
+    ),
+    (
+        SWEEPER_COLLECTED_TOTAL,
+        "records and tombstones collected by the sweeper after their retention",
+    ),
+];
+
 /// Describes every metric of the node and of its storage to the installed recorder.
 pub fn describe() {
     let storage = ledger_raft_store::metrics::DESCRIPTIONS;
     for (name, unit, help) in DESCRIPTIONS.into_iter().chain(storage) {
         metrics::describe_histogram!(name, unit, help);
     }
+    for (name, help) in COUNTERS {
+        metrics::describe_counter!(name, Unit::Count, help);
+    }
+    crate::gauges::describe();
 }

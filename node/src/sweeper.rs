@@ -15,6 +15,8 @@ use openraft::async_runtime::WatchReceiver;
 
 use ledger_core::{Caller, Command, CommandBody, Outcome};
 
+use crate::metrics::{SWEEPER_COLLECTED_TOTAL, SWEEPER_EXPIRED_TOTAL};
+
 use crate::config::SweeperSettings;
 use crate::node::LedgerNode;
 
@@ -95,6 +97,8 @@ async fn sweep(node: &LedgerNode, body: CommandBody) {
             }) => {
                 if expired + collected > 0 {
                     tracing::info!(kind = body.name(), expired, collected, "swept");
+                    metrics::counter!(SWEEPER_EXPIRED_TOTAL).increment(u64::from(expired));
+                    metrics::counter!(SWEEPER_COLLECTED_TOTAL).increment(u64::from(collected));
                 }
                 if !more {
                     return;

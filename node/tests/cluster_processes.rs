@@ -270,7 +270,9 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 
 /// Every node serves its stage times for Prometheus: the leader's proposer queue, Raft
 /// writes, batch sizes and replication round trips per follower; every node's log writes,
-/// syncs and applies; and the calls each node served, by command and result.
+/// syncs and applies; the calls each node served, by command and result; outcomes and
+/// refusals by kind; the sweeper's expiries; and gauges of its Raft view and of the
+/// records it holds by state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_where_a_commands_time_goes() {
     let cluster = ProcessCluster::start(3);
@@ -312,9 +314,62 @@ async fn metrics_show_where_a_commands_time_goes() {
         )
         .await;
     assert!(stale.is_err(), "a stale token is refused: {stale:?}");
+    // An attempt whose holder never reports: its 1 ms lease runs out and the leader's
+    // sweeper closes it.
+    let abandoned = declaration("metrics-abandoned");
+    let claimed = tenant
+        .claim("mc-abandoned", abandoned, "h", Some(1), None)
+        .await
+        .expect("claim");
+    assert!(matches!(claimed, ClaimOutcome::Proceed(_)), "{claimed:?}");
     cluster.converged().await;
+    // Gauges are sampled once a second; the sweep comes within its interval.
+    wait_until(
+        "the gauges and the sweep show on the leader",
+        10_000,
+        || async {
+            cluster.scrape(leader).is_ok_and(|page| {
+                sample(&page, r#"ledger_records{state="committed"}"#) == Some(EFFECTS as f64)
+                    && sample(&page, "ledger_sweeper_expired_total").is_some_and(|n| n >= 1.0)
+                    && sample(&page, r#"ledger_records{state="unknown_after_dispatch"}"#)
+                        == Some(1.0)
+            })
+        },
+    )
+    .await;
 
     let page = cluster.scrape(leader).expect("the leader's metrics page");
+    let at = |series: &str| sample(&page, series);
+    assert_eq!(
+        at(r#"ledger_raft_role{role="leader"}"#),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(at(r#"ledger_raft_role{role="follower"}"#), Some(0.0));
+    assert_eq!(at("ledger_raft_leader_id"), Some((leader + 1) as f64));
+    assert!(at("ledger_raft_term").is_some_and(|t| t >= 1.0));
+    assert!(at("ledger_raft_applied_index").is_some_and(|i| i > 0.0));
+    assert!(at("ledger_raft_committed_index") >= at("ledger_raft_applied_index"));
+    assert!(at("ledger_raft_apply_lag_entries").is_some());
+    assert!(at("ledger_raft_snapshot_index").is_some());
+    assert!(at("ledger_raft_purged_index").is_some());
+    assert_eq!(at("ledger_ready"), Some(1.0));
+    assert!(at("ledger_remembered_commands").is_some_and(|n| n >= (2 * EFFECTS) as f64));
+    assert_eq!(at("ledger_tombstones"), Some(0.0));
+    assert!(
+        at(r#"ledger_outcomes_total{command="claim",outcome="proceed"}"#)
+            .is_some_and(|n| n >= (EFFECTS + 1) as f64),
+        "claims by outcome:\n{page}"
+    );
+    assert!(
+        at(r#"ledger_outcomes_total{command="report",outcome="committed"}"#)
+            .is_some_and(|n| n >= EFFECTS as f64)
+    );
+    assert!(
+        at(r#"ledger_refusals_total{command="report",kind="stale_token"}"#)
+            .is_some_and(|n| n >= 1.0),
+        "refusals by kind:\n{page}"
+    );
     let count = |series: &str| sample(&page, series).unwrap_or(0.0);
     for series in [
         "ledger_proposer_queue_seconds_count",
@@ -351,6 +406,16 @@ async fn metrics_show_where_a_commands_time_goes() {
 
     // A follower writes, syncs and applies the same entries, and (unless it was elected
     // meanwhile) proposes nothing.
+    wait_until(
+        "a follower's gauges show the same records",
+        10_000,
+        || async {
+            cluster.scrape(follower).is_ok_and(|page| {
+                sample(&page, r#"ledger_records{state="committed"}"#) == Some(EFFECTS as f64)
+            })
+        },
+    )
+    .await;
     let page = cluster.scrape(follower).expect("a follower's metrics page");
     for series in [
         "ledger_log_sync_seconds_count",
@@ -364,4 +429,44 @@ async fn metrics_show_where_a_commands_time_goes() {
     if cluster.leader().await == leader {
         assert_eq!(sample(&page, "ledger_raft_write_seconds_count"), None);
     }
+}
+
+/// Every node answers the standard gRPC health check: not serving before the cluster has
+/// a leader, serving once it has one and has applied its log; an unknown service name is
+/// not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_service_says_ready_once_a_leader_is_known() {
+    use ledger_proto::health::health_check_response::ServingStatus;
+    use ledger_proto::health::health_client::HealthClient;
+    use ledger_proto::health::HealthCheckRequest;
+
+    let cluster = ProcessCluster::start(3);
+    let check = |i: usize, service: &str| {
+        let endpoint = format!("http://{}", cluster.endpoints()[i]);
+        let service = service.to_owned();
+        async move {
+            let mut client = HealthClient::connect(endpoint).await.ok()?;
+            Some(client.check(HealthCheckRequest { service }).await)
+        }
+    };
+    wait_until("node 1 answers health checks", 10_000, || async {
+        check(0, "").await.is_some()
+    })
+    .await;
+    let before = check(0, "").await.expect("connected").expect("answered");
+    assert_eq!(before.get_ref().status(), ServingStatus::NotServing);
+    cluster.form().await;
+    for i in 0..3 {
+        wait_until(&format!("node {} is ready", i + 1), 10_000, || async {
+            check(i, "ledger.v1.Ledger").await.is_some_and(|answer| {
+                answer.is_ok_and(|a| a.get_ref().status() == ServingStatus::Serving)
+            })
+        })
+        .await;
+    }
+    let unknown = check(0, "no.such.Service").await.expect("connected");
+    assert_eq!(
+        unknown.expect_err("unknown service").code(),
+        tonic::Code::NotFound
+    );
 }

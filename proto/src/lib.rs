@@ -1,7 +1,8 @@
 //! The effect ledger's gRPC contract (`proto/ledger.proto`) and its mapping to the core
 //! types, shared by the node and the client so that both sides convert the same way.
 //!
-//! - [`pb`]: the generated messages, clients and servers.
+//! - [`pb`]: the generated messages, clients and servers; [`health`]: the standard gRPC
+//!   health service.
 //! - [`convert`]: core values to messages and back; requests to core commands; core
 //!   outcomes to responses and back. Reading a message is total: what the contract
 //!   requires but the message lacks is a [`WireError`], never a panic.
@@ -24,4 +25,10 @@ pub use status::{
 #[allow(missing_docs, clippy::all)]
 pub mod pb {
     tonic::include_proto!("ledger.v1");
+}
+
+/// The standard gRPC health service (`grpc.health.v1`), generated.
+#[allow(missing_docs, clippy::all)]
+pub mod health {
+    tonic::include_proto!("grpc.health.v1");
 }

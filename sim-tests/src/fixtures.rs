@@ -104,7 +104,6 @@ impl ClusterSettings {
         NodeConfig {
             node_id: id,
             listen_addr: node_addr(id),
-            advertise_addr: None,
             metrics_listen_addr: None,
             data_dir: PathBuf::from(format!("/sim/node{id}")),
             storage: StorageKind::Memory,

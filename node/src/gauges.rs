@@ -1,0 +1,138 @@
+//! Gauges of a node's state, sampled once a second for Prometheus: its Raft view (role,
+//! term, leader, log, commit, apply, snapshot and purge positions, readiness) and the
+//! ledger it has applied (records by state, tombstones, remembered command ids). Only a
+//! node with a metrics endpoint samples them.
+
+use std::time::Duration;
+
+use metrics::Unit;
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+
+use ledger_core::EffectState;
+
+use crate::node::LedgerNode;
+
+/// How often the gauges are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// The term this node is in.
+pub const RAFT_TERM: &str = "ledger_raft_term";
+/// The leader this node knows (0: none).
+pub const RAFT_LEADER_ID: &str = "ledger_raft_leader_id";
+/// 1 for this node's current role, 0 for the others, by `role`.
+pub const RAFT_ROLE: &str = "ledger_raft_role";
+/// Index of the last entry in this node's log.
+pub const RAFT_LAST_LOG_INDEX: &str = "ledger_raft_last_log_index";
+/// Index of the last entry this node knows committed.
+pub const RAFT_COMMITTED_INDEX: &str = "ledger_raft_committed_index";
+/// Index of the last entry this node applied.
+pub const RAFT_APPLIED_INDEX: &str = "ledger_raft_applied_index";
+/// Entries committed but not yet applied on this node.
+pub const RAFT_APPLY_LAG: &str = "ledger_raft_apply_lag_entries";
+/// Index of the last entry in this node's snapshot.
+pub const RAFT_SNAPSHOT_INDEX: &str = "ledger_raft_snapshot_index";
+/// Index of the last entry purged from this node's log.
+pub const RAFT_PURGED_INDEX: &str = "ledger_raft_purged_index";
+/// 1 when the health service answers SERVING (a leader known, the log applied).
+pub const READY: &str = "ledger_ready";
+/// Records kept, by `state`.
+pub const RECORDS: &str = "ledger_records";
+/// Tombstones of collected records kept.
+pub const TOMBSTONES: &str = "ledger_tombstones";
+/// Command ids remembered for idempotent retries.
+pub const REMEMBERED_COMMANDS: &str = "ledger_remembered_commands";
+
+const DESCRIPTIONS: [(&str, &str); 13] = [
+    (RAFT_TERM, "the Raft term this node is in"),
+    (RAFT_LEADER_ID, "the leader this node knows, 0 when none"),
+    (RAFT_ROLE, "1 for this node's current Raft role, by role"),
+    (
+        RAFT_LAST_LOG_INDEX,
+        "index of the last entry in this node's log",
+    ),
+    (
+        RAFT_COMMITTED_INDEX,
+        "index of the last entry this node knows committed",
+    ),
+    (
+        RAFT_APPLIED_INDEX,
+        "index of the last entry this node applied",
+    ),
+    (
+        RAFT_APPLY_LAG,
+        "entries committed but not yet applied on this node",
+    ),
+    (
+        RAFT_SNAPSHOT_INDEX,
+        "index of the last entry in this node's snapshot",
+    ),
+    (
+        RAFT_PURGED_INDEX,
+        "index of the last entry purged from this node's log",
+    ),
+    (
+        READY,
+        "1 when the node knows a leader and has applied its log",
+    ),
+    (RECORDS, "effect records kept, by state"),
+    (TOMBSTONES, "tombstones of collected records kept"),
+    (
+        REMEMBERED_COMMANDS,
+        "command ids remembered for idempotent retries",
+    ),
+];
+
+const ROLES: [(ServerState, &str); 4] = [
+    (ServerState::Leader, "leader"),
+    (ServerState::Follower, "follower"),
+    (ServerState::Candidate, "candidate"),
+    (ServerState::Learner, "learner"),
+];
+
+/// Describes the gauges to the installed recorder.
+pub(crate) fn describe() {
+    for (name, help) in DESCRIPTIONS {
+        metrics::describe_gauge!(name, Unit::Count, help);
+    }
+}
+
+/// Samples `node`'s gauges until the task is dropped.
+pub async fn sample(node: LedgerNode) {
+    loop {
+        sample_once(&node);
+        tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+}
+
+fn sample_once(node: &LedgerNode) {
+    let m = node.raft.metrics().borrow_watched().clone();
+    let index = |id: Option<&ledger_raft_store::types::LogId>| id.map_or(0, |id| id.index);
+    let committed = index(m.local_committed.as_ref());
+    let applied = index(m.last_applied.as_ref());
+    metrics::gauge!(RAFT_TERM).set(m.current_term as f64);
+    metrics::gauge!(RAFT_LEADER_ID).set(m.current_leader.unwrap_or(0) as f64);
+    for (state, role) in ROLES {
+        metrics::gauge!(RAFT_ROLE, "role" => role).set(f64::from(u8::from(m.state == state)));
+    }
+    metrics::gauge!(RAFT_LAST_LOG_INDEX).set(m.last_log_index.unwrap_or(0) as f64);
+    metrics::gauge!(RAFT_COMMITTED_INDEX).set(committed as f64);
+    metrics::gauge!(RAFT_APPLIED_INDEX).set(applied as f64);
+    metrics::gauge!(RAFT_APPLY_LAG).set(committed.saturating_sub(applied) as f64);
+    metrics::gauge!(RAFT_SNAPSHOT_INDEX).set(index(m.snapshot.as_ref()) as f64);
+    metrics::gauge!(RAFT_PURGED_INDEX).set(index(m.purged.as_ref()) as f64);
+    metrics::gauge!(READY).set(f64::from(u8::from(crate::health::is_ready(&m))));
+    let counts = node
+        .reader
+        .read(|l| (l.counts(), l.tombstone_count(), l.remembered_commands()));
+    // An unreadable state stops the node's applies; the gauges keep their last values
+    // and the health service and logs say why.
+    if let Ok((by_state, tombstones, commands)) = counts {
+        for state in EffectState::ALL {
+            let n = by_state.get(&state).copied().unwrap_or(0);
+            metrics::gauge!(RECORDS, "state" => state.as_str()).set(n as f64);
+        }
+        metrics::gauge!(TOMBSTONES).set(tombstones as f64);
+        metrics::gauge!(REMEMBERED_COMMANDS).set(commands as f64);
+    }
+}
