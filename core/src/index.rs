@@ -1,5 +1,6 @@
-//! Secondary indexes over the records: lease deadlines, retention deadlines, state and
-//! workflow, and counts per state; kept in the derived tables of the [`Store`].
+//! Secondary indexes over the records: lease deadlines, retention deadlines, state,
+//! workflow and open escalations, and counts per state and of escalations; kept in the
+//! derived tables of the [`Store`].
 //!
 //! They are derived from the records alone, never carried by a snapshot, and rebuilt on
 //! restore, so a snapshot holds each fact once. Every record write goes through
@@ -29,6 +30,8 @@ pub(crate) struct Entries {
     retention_deadline_ms: Option<u64>,
     state: EffectState,
     workflow_id: String,
+    /// When the record was escalated, while it waits for an operator.
+    escalated_at_ms: Option<u64>,
     /// The record's group, when one of several slots.
     slot: Option<Slot>,
 }
@@ -49,6 +52,7 @@ impl Entries {
             retention_deadline_ms: rec.retention_deadline_ms,
             state: rec.state,
             workflow_id: rec.workflow_id.clone(),
+            escalated_at_ms: rec.escalation.as_ref().map(|e| e.at_ms),
             slot,
         }
     }
@@ -162,6 +166,41 @@ pub(crate) fn state_counter(state: EffectState) -> Vec<u8> {
 pub(crate) const TOMBSTONE_COUNTER: &[u8] = b"tombstones";
 /// The key of the remembered-command counter in [`Table::Counts`].
 pub(crate) const COMMAND_COUNTER: &[u8] = b"commands";
+/// The key of the escalation counter in [`Table::Counts`].
+pub(crate) const ESCALATION_COUNTER: &[u8] = b"escalations";
+/// Set in [`Table::Counts`] once every open escalation is known to be in
+/// [`Table::Escalations`] (see [`index_escalations`]).
+const ESCALATIONS_INDEXED: &[u8] = b"indexed:escalations";
+
+/// Adds the escalation entries a store written before escalations were indexed lacks:
+/// walks every record once, then marks the store so that later calls return at once.
+/// Idempotent: an escalation already indexed is left alone. Returns how many it added.
+pub(crate) fn index_escalations<S: Store + ?Sized>(store: &mut S) -> u64 {
+    if store.get(Table::Counts, ESCALATIONS_INDEXED).is_some() {
+        return 0;
+    }
+    let mut missing = Vec::new();
+    store.walk(Table::Records, Vec::new(), None, |entry, value| {
+        match crate::store::decode_value::<EffectRecord>(value) {
+            Some(rec) => {
+                if let Some(e) = &rec.escalation {
+                    if store.get(Table::Escalations, entry).is_none() {
+                        missing.push((entry.to_vec(), e.at_ms));
+                    }
+                }
+            }
+            None => store.corrupt(Table::Records, entry, "effect record"),
+        }
+        true
+    });
+    let added = missing.len() as u64;
+    for (entry, at_ms) in missing {
+        store.save(Table::Escalations, entry, &at_ms);
+        count(store, ESCALATION_COUNTER, 1);
+    }
+    store.save(Table::Counts, ESCALATIONS_INDEXED.to_vec(), &1u64);
+    added
+}
 
 /// Adds `delta` to a counter in [`Table::Counts`]; a counter at zero is not stored.
 pub(crate) fn count<S: Store + ?Sized>(store: &mut S, counter: &[u8], delta: i64) {
@@ -217,6 +256,19 @@ pub(crate) fn replace<S: Store + ?Sized>(
         if let Some(s) = new.map(state) {
             store.put(Table::ByState, by_state(s, key), Vec::new());
             count(store, &state_counter(s), 1);
+        }
+    }
+    let escalated = |e: &Entries| e.escalated_at_ms;
+    let (was, is) = (old.and_then(escalated), new.and_then(escalated));
+    if was != is {
+        match is {
+            Some(at_ms) => store.save(Table::Escalations, keycode::key(key), &at_ms),
+            None => store.delete(Table::Escalations, &keycode::key(key)),
+        }
+        match (was, is) {
+            (None, Some(_)) => count(store, ESCALATION_COUNTER, 1),
+            (Some(_), None) => count(store, ESCALATION_COUNTER, -1),
+            _ => {}
         }
     }
     let workflow = |e: &Entries| by_workflow(&key.tenant, &e.workflow_id, key);

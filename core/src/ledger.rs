@@ -28,7 +28,7 @@ use crate::tenants::TenantMemo;
 use crate::tombstone::Tombstone;
 use crate::usage::{record_bytes, Usage};
 
-pub use crate::query::ListQuery;
+pub use crate::query::{Escalations, ListQuery};
 
 /// A remembered command: its fingerprint, first outcome and when it may be forgotten.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +90,13 @@ impl<S: Store> Ledger<S> {
     /// The store, to take what the last commands wrote (see [`Store`]).
     pub fn store_mut(&mut self) -> &mut S {
         &mut self.store
+    }
+
+    /// Brings the store's derived tables up to this version's: adds the escalation index
+    /// to a store written before it existed (once; later calls return at once). Run when
+    /// a store is opened, before the first command; returns the entries added.
+    pub fn upgrade_indexes(&mut self) -> u64 {
+        index::index_escalations(&mut self.store)
     }
 
     /// Gives the store back.

@@ -22,6 +22,8 @@ use crate::usage::{TenantUsage, Usage};
 pub struct ListQuery {
     /// Only this tenant's records.
     pub tenant: String,
+    /// Only escalated records, waiting for an operator's decision.
+    pub escalated: bool,
     /// Only records in this state.
     pub state: Option<EffectState>,
     /// Only records of this workflow.
@@ -34,11 +36,21 @@ pub struct ListQuery {
     pub limit: usize,
 }
 
+/// The escalations waiting for an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Escalations {
+    /// How many.
+    pub open: u64,
+    /// When the oldest was escalated (ledger time, ms), if any is open.
+    pub oldest_at_ms: Option<u64>,
+}
+
 impl<S: Store> Ledger<S> {
     /// A page of records matching `query`, in key order.
     pub fn list(&self, query: &ListQuery) -> Vec<EffectRecord> {
         let keep = |rec: &EffectRecord| {
-            query.state.is_none_or(|s| rec.state == s)
+            (!query.escalated || rec.escalation.is_some())
+                && query.state.is_none_or(|s| rec.state == s)
                 && query
                     .updated_at_or_before_ms
                     .is_none_or(|t| rec.updated_at_ms <= t)
@@ -50,6 +62,12 @@ impl<S: Store> Ledger<S> {
         // The table walked, the prefix every entry of the tenant has there, and the bytes
         // in front of an effect key in an entry.
         let (table, prefix, key_prefix) = match (&query.workflow_id, query.state) {
+            // Escalations are few: walk them and filter the rest.
+            _ if query.escalated => (
+                Table::Escalations,
+                keycode::string(&query.tenant),
+                Vec::new(),
+            ),
             (Some(workflow), _) => {
                 let mut head = keycode::string(&query.tenant);
                 keycode::put_str(&mut head, workflow);
@@ -104,6 +122,28 @@ impl<S: Store> Ledger<S> {
             .iter()
             .map(|s| (*s, self.counter(&index::state_counter(*s)) as usize))
             .collect()
+    }
+
+    /// The escalations waiting for an operator: how many, and when the oldest was
+    /// escalated (ledger time, ms). Reads every open escalation.
+    pub fn escalations(&self) -> Escalations {
+        let mut oldest_at_ms: Option<u64> = None;
+        self.store
+            .walk(Table::Escalations, Vec::new(), None, |entry, value| {
+                match decode_value::<u64>(value) {
+                    Some(at_ms) => {
+                        oldest_at_ms = Some(oldest_at_ms.map_or(at_ms, |o| o.min(at_ms)))
+                    }
+                    None => self
+                        .store
+                        .corrupt(Table::Escalations, entry, "escalation time"),
+                }
+                true
+            });
+        Escalations {
+            open: self.counter(index::ESCALATION_COUNTER),
+            oldest_at_ms,
+        }
     }
 
     /// The tombstone of `key`: kept when its record was collected, until the tenant's

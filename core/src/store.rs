@@ -50,13 +50,16 @@ pub enum Table {
     ByWorkflow,
     /// Per-tenant usage by tenant name.
     Usage,
-    /// Counters: records per state, tombstones, remembered commands.
+    /// Counters: records per state, tombstones, remembered commands, escalations.
     Counts,
+    /// Escalated records waiting for an operator, by effect key; the value is when they
+    /// were escalated.
+    Escalations,
 }
 
 impl Table {
     /// Every table, in a fixed order.
-    pub const ALL: [Table; 14] = [
+    pub const ALL: [Table; 15] = [
         Table::Meta,
         Table::Tenants,
         Table::Records,
@@ -71,6 +74,7 @@ impl Table {
         Table::ByWorkflow,
         Table::Usage,
         Table::Counts,
+        Table::Escalations,
     ];
 
     /// The tables a snapshot carries, in snapshot order; every other table is derived
@@ -100,6 +104,7 @@ impl Table {
             Table::ByWorkflow => 16,
             Table::Usage => 17,
             Table::Counts => 18,
+            Table::Escalations => 19,
         }
     }
 

@@ -14,6 +14,7 @@ fn refused(h: &mut Harness, caller: Caller, body: CommandBody) -> Refusal {
         .ledger
         .list(&ListQuery {
             tenant: TENANT.into(),
+            escalated: false,
             state: None,
             workflow_id: None,
             updated_at_or_before_ms: None,
@@ -28,6 +29,7 @@ fn refused(h: &mut Harness, caller: Caller, body: CommandBody) -> Refusal {
         .ledger
         .list(&ListQuery {
             tenant: TENANT.into(),
+            escalated: false,
             state: None,
             workflow_id: None,
             updated_at_or_before_ms: None,

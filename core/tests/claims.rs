@@ -173,6 +173,96 @@ fn escalated_when_the_dispatch_budget_is_spent() {
     assert_eq!(h.record(&d).attempts.len(), 3);
 }
 
+/// Escalations are indexed: listed for their tenant, counted with the oldest's time, and
+/// gone from both once an operator decides; a store written before the index existed gets
+/// it when upgraded, once.
+#[test]
+fn escalations_are_listed_counted_and_indexed_in_older_stores() {
+    let mut h = Harness::new();
+    let spend_budget = |h: &mut Harness, d: &Declaration| {
+        for _ in 0..3 {
+            let g = h.proceed(d);
+            h.report(
+                d,
+                g.fencing_token,
+                Report::FailedBeforeEffect {
+                    proof: "HTTP 429 before processing".into(),
+                },
+            );
+        }
+        assert!(matches!(
+            h.claim(d),
+            Outcome::Claim(ClaimOutcome::Escalated { .. })
+        ));
+    };
+    let (first, second, calm) = (ticket("t-1"), ticket("t-2"), ticket("t-3"));
+    let first_at = h.now;
+    spend_budget(&mut h, &first);
+    h.advance(1_000);
+    spend_budget(&mut h, &second);
+    h.proceed(&calm);
+    let escalated = ListQuery {
+        tenant: TENANT.into(),
+        escalated: true,
+        state: None,
+        workflow_id: None,
+        updated_at_or_before_ms: None,
+        after: None,
+        limit: 10,
+    };
+    let keys = |records: Vec<EffectRecord>| records.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    assert_eq!(
+        keys(h.ledger.list(&escalated)),
+        vec![first.key.clone(), second.key.clone()]
+    );
+    let other_tenant = ListQuery {
+        tenant: OTHER_TENANT.into(),
+        ..escalated.clone()
+    };
+    assert!(h.ledger.list(&other_tenant).is_empty());
+    assert_eq!(
+        h.ledger.escalations(),
+        Escalations {
+            open: 2,
+            oldest_at_ms: Some(first_at)
+        }
+    );
+
+    // A store of the previous version: the same records, no escalation index.
+    let mut old = h.ledger.clone();
+    for key in [&first.key, &second.key] {
+        old.store_mut()
+            .delete(Table::Escalations, &ledger_core::keycode::key(key));
+    }
+    old.store_mut().delete(Table::Counts, b"escalations");
+    assert!(old.list(&escalated).is_empty());
+    assert_eq!(old.upgrade_indexes(), 2);
+    assert_eq!(keys(old.list(&escalated)), keys(h.ledger.list(&escalated)));
+    assert_eq!(old.escalations(), h.ledger.escalations());
+    assert_eq!(old.upgrade_indexes(), 0, "once");
+    assert_eq!(
+        h.ledger.upgrade_indexes(),
+        0,
+        "an indexed store gains nothing"
+    );
+
+    let decided = h.operator(CommandBody::Decide {
+        key: first.key.clone(),
+        decision: Decision::NotCommitted,
+        operator: "ops".into(),
+        note: "provider has no such ticket".into(),
+    });
+    assert!(matches!(decided, Outcome::Decided { .. }), "{decided:?}");
+    assert_eq!(keys(h.ledger.list(&escalated)), vec![second.key.clone()]);
+    assert_eq!(
+        h.ledger.escalations(),
+        Escalations {
+            open: 1,
+            oldest_at_ms: Some(first_at + 1_000)
+        }
+    );
+}
+
 #[test]
 fn horizon_passed_when_a_keyed_provider_has_forgotten_the_key() {
     let mut h = Harness::new();
@@ -517,6 +607,7 @@ fn list_pages_by_state_and_workflow() {
     }
     let query = ListQuery {
         tenant: TENANT.into(),
+        escalated: false,
         state: Some(EffectState::UnknownAfterDispatch),
         workflow_id: None,
         updated_at_or_before_ms: None,
@@ -556,6 +647,7 @@ fn list_pages_by_state_and_workflow() {
     assert_eq!(keys, vec!["t-1", "t-3"]);
     let other_tenant = ListQuery {
         tenant: OTHER_TENANT.into(),
+        escalated: false,
         state: None,
         limit: 10,
         ..query

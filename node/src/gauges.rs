@@ -1,7 +1,8 @@
 //! Gauges of a node's state, sampled once a second for Prometheus: its Raft view (role,
 //! term, leader, log, commit, apply, snapshot and purge positions, readiness) and the
-//! ledger it has applied (records by state, tombstones, remembered command ids). Only a
-//! node with a metrics endpoint samples them.
+//! ledger it has applied (records by state, tombstones, remembered command ids; every ten
+//! seconds, the open escalations and the oldest one's age). Only a node with a metrics
+//! endpoint samples them.
 
 use std::time::Duration;
 
@@ -42,8 +43,15 @@ pub const RECORDS: &str = "ledger_records";
 pub const TOMBSTONES: &str = "ledger_tombstones";
 /// Command ids remembered for idempotent retries.
 pub const REMEMBERED_COMMANDS: &str = "ledger_remembered_commands";
+/// Escalated effects waiting for an operator's decision.
+pub const ESCALATIONS_OPEN: &str = "ledger_escalations_open";
+/// How long the oldest open escalation has waited (ledger time), 0 when none.
+pub const ESCALATION_OLDEST_AGE: &str = "ledger_escalation_oldest_age_seconds";
 
-const DESCRIPTIONS: [(&str, &str); 13] = [
+/// Samples between two readings of the escalations (each reads every open one).
+const ESCALATIONS_EVERY: u32 = 10;
+
+const DESCRIPTIONS: [(&str, &str); 15] = [
     (RAFT_TERM, "the Raft term this node is in"),
     (RAFT_LEADER_ID, "the leader this node knows, 0 when none"),
     (RAFT_ROLE, "1 for this node's current Raft role, by role"),
@@ -81,6 +89,14 @@ const DESCRIPTIONS: [(&str, &str); 13] = [
         REMEMBERED_COMMANDS,
         "command ids remembered for idempotent retries",
     ),
+    (
+        ESCALATIONS_OPEN,
+        "escalated effects waiting for an operator's decision",
+    ),
+    (
+        ESCALATION_OLDEST_AGE,
+        "seconds the oldest open escalation has waited, by ledger time; 0 when none",
+    ),
 ];
 
 const ROLES: [(ServerState, &str); 4] = [
@@ -99,9 +115,23 @@ pub(crate) fn describe() {
 
 /// Samples `node`'s gauges until the task is dropped.
 pub async fn sample(node: LedgerNode) {
-    loop {
+    for round in 0u32.. {
         sample_once(&node);
+        if round % ESCALATIONS_EVERY == 0 {
+            sample_escalations(&node);
+        }
         tokio::time::sleep(SAMPLE_EVERY).await;
+    }
+}
+
+fn sample_escalations(node: &LedgerNode) {
+    let read = node.reader.read(|l| (l.escalations(), l.clock_ms()));
+    if let Ok((escalations, now_ms)) = read {
+        metrics::gauge!(ESCALATIONS_OPEN).set(escalations.open as f64);
+        let age_ms = escalations
+            .oldest_at_ms
+            .map_or(0, |at_ms| now_ms.saturating_sub(at_ms));
+        metrics::gauge!(ESCALATION_OLDEST_AGE).set(age_ms as f64 / 1_000.0);
     }
 }
 

@@ -171,7 +171,7 @@ impl pb::ledger_server::Ledger for LedgerService {
         let caller = self.auth.caller(&request)?;
         let query = ledger_core::ListQuery::try_from(request.into_inner())?;
         Self::check_reader(&caller, &query.tenant)?;
-        match self.node.read(ReadRequest::List(query)).await? {
+        match self.node.read(ReadRequest::list(query)).await? {
             ReadResponse::Records(records) => Ok(Response::new(pb::ListResponse {
                 records: records.into_iter().map(Into::into).collect(),
             })),

@@ -249,7 +249,10 @@ impl LedgerNode {
         self.reader
             .read(|ledger| match request {
                 ReadRequest::Get(key) => ReadResponse::Record(ledger.get(key).map(Box::new)),
-                ReadRequest::List(query) => ReadResponse::Records(ledger.list(query)),
+                ReadRequest::List(query) => {
+                    ReadResponse::Records(ledger.list(&query.clone().into()))
+                }
+                ReadRequest::ListV2(query) => ReadResponse::Records(ledger.list(query)),
                 ReadRequest::Tenant(t) => ReadResponse::Tenant(ledger.tenant(t)),
             })
             .map_err(|e| NodeError::Unavailable(format!("ledger state unreadable: {e}")))

@@ -8,7 +8,9 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use ledger_core::{Command, EffectKey, EffectRecord, ListQuery, Outcome, TenantConfig};
+use ledger_core::{
+    Command, EffectKey, EffectRecord, EffectState, ListQuery, Outcome, TenantConfig,
+};
 
 use crate::ledger_time::PeerClocks;
 
@@ -42,10 +44,58 @@ fn config() -> impl bincode::config::Config {
 pub enum ReadRequest {
     /// One record.
     Get(EffectKey),
-    /// A page of records.
-    List(ListQuery),
+    /// A page of records, asked without the escalation filter: the form nodes of the
+    /// previous version send and read.
+    List(ListQueryV1),
     /// A tenant's configuration.
     Tenant(String),
+    /// A page of records, with every filter.
+    ListV2(ListQuery),
+}
+
+impl ReadRequest {
+    /// The read of a page of records: in the previous version's form when it needs no
+    /// filter that form lacks, so that a leader of that version can serve it during a
+    /// rolling upgrade.
+    pub fn list(query: ListQuery) -> ReadRequest {
+        if query.escalated {
+            ReadRequest::ListV2(query)
+        } else {
+            ReadRequest::List(ListQueryV1 {
+                tenant: query.tenant,
+                state: query.state,
+                workflow_id: query.workflow_id,
+                updated_at_or_before_ms: query.updated_at_or_before_ms,
+                after: query.after,
+                limit: query.limit,
+            })
+        }
+    }
+}
+
+/// A [`ListQuery`] as the previous version encodes it: no escalation filter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListQueryV1 {
+    tenant: String,
+    state: Option<EffectState>,
+    workflow_id: Option<String>,
+    updated_at_or_before_ms: Option<u64>,
+    after: Option<EffectKey>,
+    limit: usize,
+}
+
+impl From<ListQueryV1> for ListQuery {
+    fn from(q: ListQueryV1) -> Self {
+        ListQuery {
+            tenant: q.tenant,
+            escalated: false,
+            state: q.state,
+            workflow_id: q.workflow_id,
+            updated_at_or_before_ms: q.updated_at_or_before_ms,
+            after: q.after,
+            limit: q.limit,
+        }
+    }
 }
 
 /// The answer to a [`ReadRequest`].

@@ -356,6 +356,8 @@ async fn metrics_show_where_a_commands_time_goes() {
     assert_eq!(at("ledger_ready"), Some(1.0));
     assert!(at("ledger_remembered_commands").is_some_and(|n| n >= (2 * EFFECTS) as f64));
     assert_eq!(at("ledger_tombstones"), Some(0.0));
+    assert_eq!(at("ledger_escalations_open"), Some(0.0));
+    assert_eq!(at("ledger_escalation_oldest_age_seconds"), Some(0.0));
     assert!(
         at(r#"ledger_outcomes_total{command="claim",outcome="proceed"}"#)
             .is_some_and(|n| n >= (EFFECTS + 1) as f64),

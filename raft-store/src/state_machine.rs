@@ -107,6 +107,30 @@ impl Applied {
     }
 }
 
+/// `ledger` with the derived tables this version keeps and an older one did not
+/// ([`Ledger::upgrade_indexes`]), written to the disk. They are a function of the state
+/// at the applied position, so they need no log id of their own; if a crash loses them,
+/// the next open adds them again. Damage met on the way is latched in the store as on any
+/// read: nothing is written, and the node serves nothing from that state.
+fn upgraded(mut ledger: StoredLedger) -> Result<StoredLedger, StoreError> {
+    let added = ledger.upgrade_indexes();
+    let store = ledger.store_mut();
+    if let Some(fault) = store.fault() {
+        tracing::error!(%fault, "indexing the open escalations met damaged state");
+        store.discard();
+        return Ok(ledger);
+    }
+    if store.pending_writes() > 0 {
+        let mut batch = WriteBatch::new();
+        store.take_writes(&mut batch);
+        store.disk().write(batch)?;
+    }
+    if added > 0 {
+        tracing::info!(added, "indexed the open escalations of an older store");
+    }
+    Ok(ledger)
+}
+
 /// openraft's state machine and snapshot builder for the ledger. Cheap to clone: clones
 /// share the state and the disk (openraft uses a clone as the snapshot builder).
 #[derive(Clone)]
@@ -214,15 +238,16 @@ impl LedgerStateMachine {
     /// nothing loaded.
     pub async fn open(disk: DiskRef) -> Result<LedgerStateMachine, StoreError> {
         let reading = disk.clone();
-        let (generation, last_applied, membership) = blocking(move || {
+        let (ledger, last_applied, membership) = blocking(move || {
             let generation = read_generation(&reading)?;
             clear_other_generations(&reading, generation)?;
             let (last_applied, membership) = read_applied(&reading, generation)?;
-            Ok::<_, StoreError>((generation, last_applied, membership))
+            let ledger = upgraded(Ledger::on(DiskStore::new(reading, generation)))?;
+            Ok::<_, StoreError>((ledger, last_applied, membership))
         })
         .await?;
         let applied = Applied {
-            ledger: Ledger::on(DiskStore::new(disk.clone(), generation)),
+            ledger,
             last_applied,
             membership,
         };

@@ -77,6 +77,7 @@ fn all_records<S: Store>(ledger: &Ledger<S>) -> BTreeMap<EffectKey, EffectRecord
         .flat_map(|tenant| {
             let query = ListQuery {
                 tenant,
+                escalated: false,
                 state: None,
                 workflow_id: None,
                 updated_at_or_before_ms: None,

@@ -77,6 +77,7 @@ pub fn check_step(
 fn records(ledger: &Ledger, tenant: &str) -> Vec<(EffectKey, EffectRecord)> {
     let query = ListQuery {
         tenant: tenant.into(),
+        escalated: false,
         state: None,
         workflow_id: None,
         updated_at_or_before_ms: None,

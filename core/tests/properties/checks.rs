@@ -143,6 +143,7 @@ impl Run {
 fn records(ledger: &Ledger) -> Vec<(EffectKey, EffectRecord)> {
     let query = ListQuery {
         tenant: TENANT.into(),
+        escalated: false,
         state: None,
         workflow_id: None,
         updated_at_or_before_ms: None,

@@ -203,6 +203,7 @@ impl World {
     pub async fn records(&self) -> Vec<ledger_core::EffectRecord> {
         let query = ledger_core::ListQuery {
             tenant: ledger::TENANT.into(),
+            escalated: false,
             state: None,
             workflow_id: None,
             updated_at_or_before_ms: None,

@@ -358,6 +358,7 @@ impl From<ListQuery> for pb::ListRequest {
             updated_at_or_before_ms: q.updated_at_or_before_ms,
             after: q.after.map(Into::into),
             limit: u32::try_from(q.limit).unwrap_or(u32::MAX),
+            escalated: q.escalated,
         }
     }
 }
@@ -369,6 +370,7 @@ impl TryFrom<pb::ListRequest> for ListQuery {
     fn try_from(r: pb::ListRequest) -> Result<Self, WireError> {
         Ok(ListQuery {
             tenant: r.tenant,
+            escalated: r.escalated,
             state: r
                 .state
                 .map(|s| effect_state_from_i32(s, "state"))

@@ -376,6 +376,7 @@ fn get_and_list_requests_round_trip() {
     assert_eq!(ledger_core::EffectKey::try_from(via_wire(&get)), Ok(key()));
     let query = ListQuery {
         tenant: "acme".into(),
+        escalated: false,
         state: Some(EffectState::UnknownAfterDispatch),
         workflow_id: Some("wf-7".into()),
         updated_at_or_before_ms: Some(77),
@@ -386,6 +387,7 @@ fn get_and_list_requests_round_trip() {
     assert_eq!(ListQuery::try_from(via_wire(&wire)), Ok(query));
     let open = ListQuery {
         tenant: "acme".into(),
+        escalated: false,
         state: None,
         workflow_id: None,
         updated_at_or_before_ms: None,
@@ -405,6 +407,7 @@ fn list_limit_defaults_and_caps() {
     assert_eq!(list_limit(u32::MAX), 1000);
     let huge = pb::ListRequest::from(ListQuery {
         tenant: "t".into(),
+        escalated: false,
         state: None,
         workflow_id: None,
         updated_at_or_before_ms: None,
