@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 bash deploy/prereqs.sh
 
+echo "== monitoring: alert rules and their unit tests, scrape config, dashboard metrics"
+bash deploy/check-monitoring.sh
 echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
