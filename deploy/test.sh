@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 bash deploy/prereqs.sh
 
+echo "== deployment artifacts (Kubernetes, compose, systemd, Dockerfile; no cluster needed)"
+bash deploy/check-manifests.sh
 echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
