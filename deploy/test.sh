@@ -8,6 +8,8 @@ bash deploy/prereqs.sh
 
 echo "== monitoring: alert rules and their unit tests, scrape config, dashboard metrics"
 bash deploy/check-monitoring.sh
+echo "== deployment artifacts (Kubernetes, compose, systemd, Dockerfile; no cluster needed)"
+bash deploy/check-manifests.sh
 echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
