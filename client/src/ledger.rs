@@ -18,9 +18,9 @@ use ledger_core::{
     ListQuery, ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantSettings,
     ToolName, ToolPolicy,
 };
-use ledger_proto::pb;
 use ledger_proto::pb::admin_client::AdminClient;
 use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
+use ledger_proto::{pb, WatchFilter};
 
 use crate::error::ClientError;
 use crate::transport::{OverloadPolicy, RetryPolicy, Transport};
@@ -40,6 +40,54 @@ pub struct AmendOutcome {
 #[derive(Clone)]
 pub struct LedgerClient {
     transport: Transport,
+}
+
+/// A change to an effect that a watch follows, as the serving node held it afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    /// The effect.
+    pub key: EffectKey,
+    /// Its record after the change; `None` once collected.
+    pub record: Option<EffectRecord>,
+    /// The log index the node had applied when it read the record.
+    pub applied_index: u64,
+}
+
+/// The events of a watch, in the order the serving node applied them. An event is a
+/// reason to read again, not an answer to act on: the node may lag the leader. The
+/// watch ends with an error when the node falls too far behind, installs a snapshot
+/// under a tenant-wide watch, or goes away; read again and watch again then.
+#[derive(Debug)]
+pub struct Watching {
+    events: tonic::Streaming<pb::WatchEvent>,
+}
+
+impl Watching {
+    /// The next event; `None` when the node ended the watch.
+    pub async fn next(&mut self) -> Option<Result<WatchEvent, ClientError>> {
+        match self.events.message().await {
+            Ok(Some(event)) => Some(watch_event(event)),
+            Ok(None) => None,
+            Err(status) => Some(Err(ClientError::from_status(status))),
+        }
+    }
+}
+
+fn watch_event(event: pb::WatchEvent) -> Result<WatchEvent, ClientError> {
+    let key = event
+        .key
+        .map(EffectKey::from)
+        .ok_or_else(|| malformed("a watch event without a key"))?;
+    let record = event
+        .record
+        .map(EffectRecord::try_from)
+        .transpose()
+        .map_err(malformed)?;
+    Ok(WatchEvent {
+        key,
+        record,
+        applied_index: event.applied_index,
+    })
 }
 
 fn malformed(e: impl std::fmt::Display) -> ClientError {
@@ -308,6 +356,22 @@ impl LedgerClient {
             .into_iter()
             .map(|r| EffectRecord::try_from(r).map_err(malformed))
             .collect()
+    }
+
+    /// Follows the records `filter` selects as a node applies changes to them (see
+    /// [`Watching`]). Starts on whichever node answers first.
+    pub async fn watch(&self, filter: WatchFilter) -> Result<Watching, ClientError> {
+        let message = pb::WatchRequest::from(filter);
+        let t = &self.transport;
+        let response = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Self::grpc(ch).watch(request).await }
+            })
+            .await?;
+        Ok(Watching {
+            events: response.into_inner(),
+        })
     }
 
     /// Registers a tenant or changes its settings (operator key).

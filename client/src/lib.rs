@@ -29,7 +29,8 @@ pub use effect::{
 };
 pub use error::ClientError;
 pub use keys::{effect_key, target_of, KeySource};
-pub use ledger::{AmendOutcome, LedgerClient};
+pub use ledger::{AmendOutcome, LedgerClient, WatchEvent, Watching};
+pub use ledger_proto::WatchFilter;
 pub use policy_file::PolicyFile;
 pub use reconcile::{Observation, ProviderAdapter, ReconcileOptions, Reconciled};
 pub use transport::{OverloadPolicy, RetryPolicy};

@@ -287,3 +287,82 @@ async fn waiting_for_an_effect_without_an_open_attempt_returns_at_once() {
         Settled::Missing
     );
 }
+
+/// A wait on another attempt wakes the moment that attempt commits: its poll interval is
+/// longer than the whole wait, so only the watch can end it with the record settled. The
+/// watch itself starts with the record as it is, then shows the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_is_woken_by_the_watch_when_the_other_attempt_commits() {
+    use ledger_client::effect::RunOptions;
+    use ledger_client::{EffectRunner, WatchFilter};
+    use ledger_core::{ClaimOutcome, Report};
+
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    let c = call("pay/refund", "w1", r#"{"order":"o9","amount":4}"#);
+    let key = c.declaration.key.clone();
+    let grant = match client
+        .claim("w1-claim", c.declaration.clone(), "server-a", None, None)
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Proceed(grant) => grant,
+        other => panic!("a new key proceeds: {other:?}"),
+    };
+    let mut watch = client.watch(WatchFilter::effect(&key)).await.unwrap();
+    let first = watch.next().await.expect("an event").expect("no error");
+    assert_eq!(first.key, key);
+    assert_eq!(first.record.expect("held").state, EffectState::InProgress);
+    let mut committed_only = client
+        .watch(WatchFilter {
+            state: Some(EffectState::Committed),
+            ..WatchFilter::tenant(&key.tenant)
+        })
+        .await
+        .unwrap();
+
+    let waiter =
+        EffectRunner::new(ledger.client(TENANT_KEY), "server-b").with_options(RunOptions {
+            poll_interval_ms: 600_000,
+            ..RunOptions::default()
+        });
+    let waited_key = key.clone();
+    let wait = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let settled = waiter.wait_until_settled(&waited_key, 30_000).await;
+        (settled, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client
+        .report(
+            "w1-report",
+            key.clone(),
+            grant.fencing_token,
+            Report::Committed {
+                receipt: "rf-1".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let (settled, waited) = wait.await.unwrap();
+    assert!(
+        matches!(settled.unwrap(), Settled::Ended(r) if r.state == EffectState::Committed),
+        "the wait ends with the commit"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken, not timed out: {waited:?}"
+    );
+    let next = watch.next().await.expect("an event").expect("no error");
+    assert_eq!(next.record.expect("held").state, EffectState::Committed);
+    let only = committed_only
+        .next()
+        .await
+        .expect("an event")
+        .expect("no error");
+    assert_eq!(
+        (only.key, only.record.map(|r| r.state)),
+        (key, Some(EffectState::Committed)),
+        "the in-progress claim is not shown to a watch of committed records"
+    );
+}

@@ -128,6 +128,15 @@ impl Ledger for FakeNode {
     ) -> Result<Response<pb::ListResponse>, Status> {
         Err(unimplemented())
     }
+
+    type WatchStream = ledger_node::watch::EventStream;
+
+    async fn watch(
+        &self,
+        _: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(unimplemented())
+    }
 }
 
 /// A fake node served on loopback until dropped.

@@ -11,24 +11,30 @@ use tracing::Instrument;
 
 use ledger_core::{Caller, Outcome};
 use ledger_proto::convert::{IntoCommand, OutcomeError};
-use ledger_proto::{outcome_to_response, pb, refusal_to_status};
+use ledger_proto::{outcome_to_response, pb, refusal_to_status, WatchFilter};
 
 use crate::auth::Authenticator;
 use crate::error::NodeError;
 use crate::metrics::{result_label, Stopwatch, CALL_SECONDS};
 use crate::node::LedgerNode;
+use crate::watch::{EventStream, Watches};
 use crate::wire::{ReadRequest, ReadResponse};
 
 /// Serves the ledger API on one node.
 pub struct LedgerService {
     node: LedgerNode,
     auth: Authenticator,
+    watches: Watches,
 }
 
 impl LedgerService {
     /// The service for `node`.
     pub fn new(node: LedgerNode, auth: Authenticator) -> Self {
-        LedgerService { node, auth }
+        LedgerService {
+            node,
+            auth,
+            watches: Watches::default(),
+        }
     }
 
     /// Authenticates, converts, applies, answers.
@@ -162,6 +168,30 @@ impl pb::ledger_server::Ledger for LedgerService {
             }
             other => Err(NodeError::Internal(format!("unexpected read answer {other:?}")).into()),
         }
+    }
+
+    type WatchStream = EventStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let caller = self.auth.caller(&request)?;
+        let filter = WatchFilter::try_from(request.into_inner())?;
+        Self::check_reader(&caller, &filter.tenant)?;
+        if let Some(key) = &filter.key {
+            key.validate()
+                .map_err(|e| refusal_to_status(&ledger_core::Refusal::InvalidField(e)))?;
+            Self::check_reader(&caller, &key.tenant)?;
+            if key.tenant != filter.tenant {
+                return Err(Status::invalid_argument(format!(
+                    "key {key} is not of tenant {}",
+                    filter.tenant
+                )));
+            }
+        }
+        let events = self.watches.start(self.node.reader.clone(), filter)?;
+        Ok(Response::new(events))
     }
 
     async fn list(

@@ -27,6 +27,7 @@
 //! - [`metrics`]: the names of what a node measures (stage times of a command, calls by
 //!   result, outcomes and refusals, sweeps); [`gauges`]: its Raft and ledger state,
 //!   sampled; the binary exports them for Prometheus.
+//! - [`watch`]: streams of records as this node applies changes to them.
 //! - [`wire`]: versioned payloads between nodes.
 
 pub mod admin_service;
@@ -47,6 +48,7 @@ pub mod raft_service;
 pub mod real_time;
 pub mod stamp_bound;
 pub mod sweeper;
+pub mod watch;
 pub mod wire;
 
 use std::future::Future;

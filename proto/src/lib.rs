@@ -14,7 +14,9 @@ pub mod convert;
 pub mod server;
 pub mod status;
 
-pub use convert::{IntoCommand, OutcomeError, WireError, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
+pub use convert::{
+    IntoCommand, OutcomeError, WatchFilter, WireError, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
+};
 pub use server::{raft_server, RAFT_MESSAGE_BYTES_MAX};
 pub use status::{
     outcome_to_response, refusal_to_status, status_to_refusal, wire_error_to_status,

@@ -193,14 +193,18 @@ impl DiskStore {
         self.applying = true;
     }
 
-    /// Moves the pending writes into `batch`.
-    pub(crate) fn take_writes(&mut self, batch: &mut WriteBatch) {
+    /// Moves the pending writes into `batch`; returns the keys of the records written
+    /// (changed, created or removed), as stored (`keycode::key`).
+    pub(crate) fn take_writes(&mut self, batch: &mut WriteBatch) -> Vec<Vec<u8>> {
         let mut cache = locked(&self.cache);
+        let mut records = Vec::new();
         for (table, writes) in std::mem::take(&mut self.pending) {
             for (key, value) in writes {
                 let at = disk_key(self.generation, table, &key);
                 if cached(table) {
                     note(&mut cache, table, key, value.clone());
+                } else if table == Table::Records {
+                    records.push(key);
                 }
                 match value {
                     Some(value) => batch.put(Keyspace::State, at, seal(value)),
@@ -210,6 +214,7 @@ impl DiskStore {
         }
         drop(cache);
         self.end_entry();
+        records
     }
 
     /// Stops remembering reads.

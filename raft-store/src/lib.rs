@@ -50,7 +50,7 @@ pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;
 pub use runtime::{blocking, LedgerRuntime};
 pub use snapshot::{SnapshotData, SnapshotSpool};
-pub use state_machine::{LedgerReader, LedgerStateMachine, StoredLedger};
+pub use state_machine::{Change, LedgerReader, LedgerStateMachine, StoredLedger};
 pub use types::{LedgerRequest, LedgerResponse, Raft, TypeConfig};
 
 /// Opens the Raft log store and the state machine on one disk. The log store opens

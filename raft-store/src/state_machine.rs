@@ -13,12 +13,16 @@
 //! the disk and serves from there (see `snapshot` for snapshots and installs).
 //!
 //! The ledger sits behind an `RwLock` shared with any number of [`LedgerReader`]s, so the
-//! node can serve reads while the state machine belongs to openraft.
+//! node can serve reads while the state machine belongs to openraft. Readers can also
+//! follow what each applied entry changed ([`LedgerReader::changes`]): the records it
+//! wrote, or that a snapshot replaced everything.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
+
 use std::time::Instant;
+use tokio::sync::broadcast;
 
 use futures::{Stream, TryStreamExt};
 use ledger_core::Ledger;
@@ -51,8 +55,9 @@ struct Applied {
 }
 
 impl Applied {
-    /// Applies one entry and commits its writes with its log id in one batch.
-    fn apply(&mut self, entry: Entry) -> Result<LedgerResponse, StoreError> {
+    /// Applies one entry and commits its writes with its log id in one batch; returns
+    /// its response and the keys of the records it wrote.
+    fn apply(&mut self, entry: Entry) -> Result<(LedgerResponse, Vec<Vec<u8>>), StoreError> {
         let log_id = entry.log_id();
         if let Some(last) = &self.last_applied {
             if last.index() >= log_id.index() {
@@ -97,13 +102,13 @@ impl Applied {
             return Err(fault);
         }
         let mut batch = WriteBatch::new();
-        store.take_writes(&mut batch);
+        let written = store.take_writes(&mut batch);
         let membership = membership.unwrap_or_else(|| self.membership.clone());
         put_applied(&mut batch, store.generation(), &Some(log_id), &membership)?;
         store.disk().write(batch)?;
         self.last_applied = Some(log_id);
         self.membership = membership;
-        Ok(response)
+        Ok((response, written))
     }
 }
 
@@ -131,6 +136,28 @@ fn upgraded(mut ledger: StoredLedger) -> Result<StoredLedger, StoreError> {
     Ok(ledger)
 }
 
+/// What the state machine changed, as told to watchers ([`LedgerReader::changes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The entry at `index` wrote these records (created, changed or removed; keys as
+    /// stored, `ledger_core::keycode::key`).
+    Records {
+        /// The entry's log index.
+        index: u64,
+        /// The records' keys.
+        keys: Vec<Vec<u8>>,
+    },
+    /// A snapshot up to `index` replaced the whole state.
+    Replaced {
+        /// The last log index the snapshot covers.
+        index: u64,
+    },
+}
+
+/// Changes kept for watchers that fall behind; one that falls further is told so and
+/// reads again.
+const CHANGES_KEPT: usize = 1_024;
+
 /// openraft's state machine and snapshot builder for the ledger. Cheap to clone: clones
 /// share the state and the disk (openraft uses a clone as the snapshot builder).
 #[derive(Clone)]
@@ -139,6 +166,7 @@ pub struct LedgerStateMachine {
     disk: DiskRef,
     /// Ids of snapshot spools handed out by readers.
     spools: Arc<AtomicU64>,
+    changes: broadcast::Sender<Arc<Change>>,
 }
 
 impl std::fmt::Debug for LedgerStateMachine {
@@ -153,6 +181,7 @@ impl std::fmt::Debug for LedgerStateMachine {
 pub struct LedgerReader {
     applied: Arc<RwLock<Applied>>,
     spools: Arc<AtomicU64>,
+    changes: broadcast::Sender<Arc<Change>>,
 }
 
 impl std::fmt::Debug for LedgerReader {
@@ -162,6 +191,12 @@ impl std::fmt::Debug for LedgerReader {
 }
 
 impl LedgerReader {
+    /// Every change applied from now on, in order. A receiver that falls more than
+    /// [`CHANGES_KEPT`] changes behind gets `Lagged` and must read the state again.
+    pub fn changes(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.changes.subscribe()
+    }
+
     fn lock(&self) -> Result<RwLockReadGuard<'_, Applied>, StoreError> {
         // Poisoned only if applying an entry panicked (a ledger invariant assertion):
         // openraft has then stopped the node, and no decision may rest on that state.
@@ -255,6 +290,7 @@ impl LedgerStateMachine {
             applied: Arc::new(RwLock::new(applied)),
             disk,
             spools: Arc::default(),
+            changes: broadcast::channel(CHANGES_KEPT).0,
         })
     }
 
@@ -263,6 +299,7 @@ impl LedgerStateMachine {
         LedgerReader {
             applied: self.applied.clone(),
             spools: self.spools.clone(),
+            changes: self.changes.clone(),
         }
     }
 
@@ -325,10 +362,18 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
                 EntryPayload::Normal(request) => request.commands.len(),
                 _ => 0,
             };
-            let response = {
+            let index = entry.index();
+            let (response, written) = {
                 let mut applied = self.applied.write().map_err(|_| StoreError::Poisoned)?;
                 applied.apply(entry)?
             };
+            if !written.is_empty() {
+                // No watcher is not an error.
+                let _ = self.changes.send(Arc::new(Change::Records {
+                    index,
+                    keys: written,
+                }));
+            }
             metrics::histogram!(APPLY_SECONDS).record(started.elapsed());
             metrics::histogram!(APPLY_COMMANDS).record(commands as f64);
             if let Some(responder) = responder {
@@ -361,6 +406,11 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
                 last_applied: meta.last_log_id,
                 membership: meta.last_membership.clone(),
             };
+        }
+        if let Some(last) = meta.last_log_id {
+            let _ = self.changes.send(Arc::new(Change::Replaced {
+                index: last.index(),
+            }));
         }
         // Readers have moved to the new generation; the old one goes.
         let disk = self.disk.clone();
@@ -421,9 +471,10 @@ mod tests {
     fn normal_entry_answers_one_outcome_per_command_at_stamped_time() {
         let mut applied = applied();
         let request = LedgerRequest::at(5_000, vec![put_tenant("a"), put_tenant("b")]);
-        let response = applied
+        let (response, written) = applied
             .apply(Entry::new_normal(log_id(1), request))
             .expect("apply");
+        assert!(written.is_empty(), "tenants are not records");
         assert_eq!(
             response.outcomes,
             vec![Outcome::Configured, Outcome::Configured]
@@ -435,8 +486,9 @@ mod tests {
     #[test]
     fn blank_entry_answers_nothing_and_advances() {
         let mut applied = applied();
-        let response = applied.apply(Entry::new_blank(log_id(1))).expect("apply");
+        let (response, written) = applied.apply(Entry::new_blank(log_id(1))).expect("apply");
         assert!(response.outcomes.is_empty());
+        assert!(written.is_empty());
         assert_eq!(applied.last_applied, Some(log_id(1)));
     }
 

@@ -1,12 +1,17 @@
-//! Waiting for another attempt to end, by polling the linearizable record.
+//! Waiting for another attempt to end: woken by a watch of the record, decided by the
+//! linearizable record.
 //!
-//! The ledger has no watch call; polling the record is what a stateless tool server can
-//! do between two requests anyway. An attempt has ended when the record has no open
-//! attempt: reported, or its lease ran out and the leader's sweeper closed it.
+//! The wait subscribes to the record's changes (`Watch`) before it reads the record, so a
+//! change between the two wakes it; each wake-up reads the record again (a watch event
+//! comes from whichever node serves the watch and may lag the leader). If no node serves
+//! the watch, or the watch ends, it polls the record instead. An attempt has ended when
+//! the record has no open attempt: reported, or its lease ran out and the leader's
+//! sweeper closed it.
 
 use std::time::Duration;
 
 use ledger_core::{EffectKey, EffectRecord};
+use ledger_proto::WatchFilter;
 
 use super::EffectRunner;
 use crate::error::ClientError;
@@ -31,6 +36,7 @@ impl EffectRunner {
     ) -> Result<Settled, ClientError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
         let poll = Duration::from_millis(self.options().poll_interval_ms.max(1));
+        let mut watch = self.ledger().watch(WatchFilter::effect(key)).await.ok();
         loop {
             let Some(record) = self.ledger().get(key.clone()).await? else {
                 return Ok(Settled::Missing);
@@ -38,10 +44,19 @@ impl EffectRunner {
             if record.open_attempt().is_none() {
                 return Ok(Settled::Ended(Box::new(record)));
             }
-            if tokio::time::Instant::now() + poll > deadline {
-                return Ok(Settled::TimedOut(Box::new(record)));
+            let now = tokio::time::Instant::now();
+            match watch.as_mut() {
+                Some(events) if now < deadline => {
+                    match tokio::time::timeout(deadline - now, events.next()).await {
+                        // A change, or the deadline: read again.
+                        Ok(Some(Ok(_))) | Err(_) => {}
+                        // The watch ended: poll from here on.
+                        Ok(Some(Err(_)) | None) => watch = None,
+                    }
+                }
+                _ if now + poll > deadline => return Ok(Settled::TimedOut(Box::new(record))),
+                _ => tokio::time::sleep(poll).await,
             }
-            tokio::time::sleep(poll).await;
         }
     }
 }

@@ -30,7 +30,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use request::{list_limit, IntoCommand, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
+pub use request::{list_limit, IntoCommand, WatchFilter, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 
 /// Why a protobuf message does not map to a core value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,8 +7,8 @@
 //! [`LIST_LIMIT_DEFAULT`] (any limit is capped at [`LIST_LIMIT_MAX`]).
 
 use ledger_core::{
-    Caller, Command, CommandBody, Decision, Declaration, EffectKey, ListQuery, ObservationResult,
-    Report, TenantSettings, ToolName, ToolPolicy,
+    Caller, Command, CommandBody, Decision, Declaration, EffectKey, EffectRecord, EffectState,
+    ListQuery, ObservationResult, Report, TenantSettings, ToolName, ToolPolicy,
 };
 
 use super::values::{effect_state_from_i32, effect_state_to_i32};
@@ -379,6 +379,92 @@ impl TryFrom<pb::ListRequest> for ListQuery {
             updated_at_or_before_ms: r.updated_at_or_before_ms,
             after: r.after.map(Into::into),
             limit: list_limit(r.limit),
+        })
+    }
+}
+
+/// What a watch follows: the records of `tenant`, or one of its effects, narrowed by
+/// their state, escalation and workflow after each change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchFilter {
+    /// Whose records.
+    pub tenant: String,
+    /// One effect only.
+    pub key: Option<EffectKey>,
+    /// Only records in this state.
+    pub state: Option<EffectState>,
+    /// Only escalated records.
+    pub escalated: bool,
+    /// Only records of this workflow.
+    pub workflow_id: Option<String>,
+}
+
+impl WatchFilter {
+    /// Every change to the records of `tenant`.
+    pub fn tenant(tenant: &str) -> Self {
+        WatchFilter {
+            tenant: tenant.to_owned(),
+            key: None,
+            state: None,
+            escalated: false,
+            workflow_id: None,
+        }
+    }
+
+    /// Every change to the record of `key`.
+    pub fn effect(key: &EffectKey) -> Self {
+        WatchFilter {
+            key: Some(key.clone()),
+            ..WatchFilter::tenant(&key.tenant)
+        }
+    }
+
+    /// Whether a change to `key`, leaving `record` (absent when collected), is followed.
+    /// A collected record matches only a watch of its key.
+    pub fn matches(&self, key: &EffectKey, record: Option<&EffectRecord>) -> bool {
+        if key.tenant != self.tenant || self.key.as_ref().is_some_and(|k| k != key) {
+            return false;
+        }
+        match record {
+            None => self.key.is_some(),
+            Some(rec) => {
+                self.state.is_none_or(|s| rec.state == s)
+                    && (!self.escalated || rec.escalation.is_some())
+                    && self
+                        .workflow_id
+                        .as_ref()
+                        .is_none_or(|w| rec.workflow_id == *w)
+            }
+        }
+    }
+}
+
+impl From<WatchFilter> for pb::WatchRequest {
+    fn from(f: WatchFilter) -> Self {
+        pb::WatchRequest {
+            tenant: f.tenant,
+            key: f.key.map(Into::into),
+            state: f.state.map(effect_state_to_i32),
+            escalated: f.escalated,
+            workflow_id: f.workflow_id,
+        }
+    }
+}
+
+/// `state`, when set, must be defined.
+impl TryFrom<pb::WatchRequest> for WatchFilter {
+    type Error = WireError;
+
+    fn try_from(r: pb::WatchRequest) -> Result<Self, WireError> {
+        Ok(WatchFilter {
+            tenant: r.tenant,
+            key: r.key.map(Into::into),
+            state: r
+                .state
+                .map(|s| effect_state_from_i32(s, "state"))
+                .transpose()?,
+            escalated: r.escalated,
+            workflow_id: r.workflow_id,
         })
     }
 }
