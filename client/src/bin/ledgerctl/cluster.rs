@@ -11,7 +11,7 @@ use ledger_proto::pb;
 
 use crate::cli::{Init, MemberAdd, MemberRemove, Members, Voters};
 use crate::failure::{CliResult, Exit, Failure};
-use crate::output::{or_dash, print_json, Format, Table};
+use crate::output::{or_dash, print_json, say, Format, Table};
 
 /// One node's view, as `status --output json` prints it.
 #[derive(Debug, Serialize)]
@@ -171,7 +171,7 @@ pub async fn leader(client: &LedgerClient, format: Format) -> CliResult {
 fn print_leader(id: u64, addr: &str, format: Format) {
     match format {
         Format::Json => print_json(&serde_json::json!({ "leader_id": id, "leader_addr": addr })),
-        Format::Table => println!("{id} {addr}"),
+        Format::Table => say!("{id} {addr}"),
     }
 }
 
@@ -226,7 +226,7 @@ pub async fn init(client: &LedgerClient, args: &Init, format: Format) -> CliResu
         .map_err(|e| Failure::from_client("init", e))?;
     match format {
         Format::Json => print_json(&serde_json::json!({ "initialized": members.len() })),
-        Format::Table => println!("initialized {} members", members.len()),
+        Format::Table => say!("initialized {} members", members.len()),
     }
     Ok(Exit::Success)
 }
@@ -339,6 +339,6 @@ fn print_membership(
     }
     table.print();
     if let Some(index) = log_index {
-        println!("membership log index: {index}");
+        say!("membership log index: {index}");
     }
 }

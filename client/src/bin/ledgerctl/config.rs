@@ -9,7 +9,7 @@ use ledger_core::{ReplayClass, TenantConfig, TenantSettings, ToolName, ToolPolic
 
 use crate::cli::{Class, Policy, Tenant, TenantPut, Tool, ToolGet, ToolPut};
 use crate::failure::{CliResult, Exit, Failure};
-use crate::output::{plain, print_fields, print_json, Format, Table};
+use crate::output::{plain, print_fields, print_json, say, Format, Table};
 use crate::unique_id;
 
 /// `tenant get|put`.
@@ -44,7 +44,7 @@ pub async fn policy(client: &LedgerClient, command: &Policy, format: Format) -> 
             let path = args.file.display();
             match format {
                 Format::Json => print_json(&serde_json::json!({ "applied": sent })),
-                Format::Table => println!("applied {sent} tenant and tool policies from {path}"),
+                Format::Table => say!("applied {sent} tenant and tool policies from {path}"),
             }
             Ok(Exit::Success)
         }
@@ -87,7 +87,7 @@ fn print_tenant(tenant: &str, config: &TenantConfig, format: Format) {
     let settings = members(&config.settings);
     fields.extend(settings.iter().map(|(k, v)| (k.as_str(), plain(v))));
     print_fields(&fields);
-    println!();
+    say!("");
     let mut table = Table::new(&[
         "tool",
         "class",
@@ -107,7 +107,7 @@ fn print_tenant(tenant: &str, config: &TenantConfig, format: Format) {
     table.print();
 }
 
-/// The members of a serialised struct, in declaration order.
+/// The members of a serialised struct, by name.
 fn members<T: Serialize>(value: &T) -> Vec<(String, Value)> {
     match serde_json::to_value(value) {
         Ok(Value::Object(map)) => map.into_iter().collect(),
@@ -135,7 +135,7 @@ pub async fn put_tenant(client: &LedgerClient, args: &TenantPut, format: Format)
             "tenant": args.tenant,
             "settings": settings,
         })),
-        Format::Table => println!("tenant {} stored", args.tenant),
+        Format::Table => say!("tenant {} stored", args.tenant),
     }
     Ok(Exit::Success)
 }
@@ -173,8 +173,12 @@ fn print_policy(tenant: &str, tool: &ToolName, policy: &ToolPolicy, format: Form
         return;
     }
     let mut fields = vec![("tenant", tenant.to_owned()), ("tool", tool.to_string())];
+    let class = policy.class.to_string();
     let policy = members(policy);
-    fields.extend(policy.iter().map(|(k, v)| (k.as_str(), plain(v))));
+    fields.extend(policy.iter().map(|(k, v)| match k.as_str() {
+        "class" => ("class", class.clone()),
+        k => (k, plain(v)),
+    }));
     print_fields(&fields);
 }
 
@@ -219,7 +223,7 @@ pub async fn put_tool(client: &LedgerClient, args: &ToolPut, format: Format) -> 
         .map_err(|e| Failure::from_client("put tool policy", e))?;
     match format {
         Format::Json => print_policy(&args.tenant, &tool, &policy, format),
-        Format::Table => println!("policy of {tool} for tenant {} stored", args.tenant),
+        Format::Table => say!("policy of {tool} for tenant {} stored", args.tenant),
     }
     Ok(Exit::Success)
 }
@@ -325,15 +329,15 @@ async fn diff(client: &LedgerClient, file: &PolicyFile, format: Format) -> CliRe
             };
             match (&d.field, d.cluster.is_null(), d.file.is_null()) {
                 (Some(field), _, _) => {
-                    println!("{what}: {field}: cluster {}, file {}", d.cluster, d.file)
+                    say!("{what}: {field}: cluster {}, file {}", d.cluster, d.file)
                 }
-                (None, true, _) => println!("{what}: only in the file"),
-                (None, _, true) => println!("{what}: only in the cluster"),
-                (None, false, false) => println!("{what}: differs"),
+                (None, true, _) => say!("{what}: only in the file"),
+                (None, _, true) => say!("{what}: only in the cluster"),
+                (None, false, false) => say!("{what}: differs"),
             }
         }
         if found.is_empty() {
-            println!("the cluster matches the policy file");
+            say!("the cluster matches the policy file");
         }
     }
     Ok(if found.is_empty() {

@@ -9,6 +9,27 @@ use std::io::Write;
 use clap::ValueEnum;
 use serde::Serialize;
 
+/// Prints one line on standard output, like `println!`; a reader that went away (`head`)
+/// ends the process quietly instead of with a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use say;
+
+/// Writes `text` to standard output; exits quietly when the reader has gone away.
+pub fn write_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("ledgerctl: cannot write to standard output: {e}");
+        std::process::exit(2);
+    }
+}
+
 /// The output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -63,7 +84,7 @@ impl Table {
 
     /// Prints the table to standard output.
     pub fn print(&self) {
-        print!("{}", self.render());
+        write_stdout(&self.render());
     }
 }
 
@@ -72,7 +93,7 @@ pub fn print_fields(fields: &[(&str, String)]) {
     let width = fields.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
     for (key, value) in fields {
         let key = format!("{key}:");
-        println!("{}", format!("{key:<width$} {value}").trim_end());
+        say!("{}", format!("{key:<width$} {value}").trim_end());
     }
 }
 
@@ -88,7 +109,7 @@ pub fn json_line<T: Serialize>(value: &T) -> String {
 
 /// Prints one JSON document on standard output.
 pub fn print_json<T: Serialize>(value: &T) {
-    println!("{}", json_line(value));
+    say!("{}", json_line(value));
 }
 
 /// Writes one JSON document per line to `out`.

@@ -10,7 +10,7 @@ use ledger_core::{Decision, EffectKey, EffectRecord, EffectState, ListQuery, Too
 
 use crate::cli::{Decide, Export, Get, List, State, Verdict};
 use crate::failure::{CliResult, Exit, Failure};
-use crate::output::{or_dash, print_fields, print_json, write_json_line, Format, Table};
+use crate::output::{or_dash, print_fields, print_json, say, write_json_line, Format, Table};
 use crate::{parse_key, unique_id};
 
 fn state(s: State) -> EffectState {
@@ -190,7 +190,7 @@ pub async fn list(client: &LedgerClient, args: &List, format: Format) -> CliResu
             }
             table.print();
             if let Some(next) = next {
-                println!("next: {next} (pass --after {next}, or --all for every page)");
+                say!("next: {next} (pass --after {next}, or --all for every page)");
             }
         }
     }
