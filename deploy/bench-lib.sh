@@ -49,15 +49,22 @@ for part in sys.argv[1].split("."):
 print("" if v is None else v)' "$1"
 }
 
-# `ledgerctl status` of node $1 alone: one line of key=value fields.
+# `ledgerctl status` of node $1 alone: one JSON document, `{"nodes": [{...}]}`.
 node_status() {
   "$BIN/ledgerctl" --endpoints "127.0.0.1:$((LEDGER_BASE_PORT + $1))" \
-    --api-key "$OPERATOR_KEY" status 2>/dev/null
+    --api-key "$OPERATOR_KEY" --output json status 2>/dev/null
 }
 
-# A field (`applied`, `last_log`, `snapshot`, `role`) of node $1's status; empty when down.
+# A field (`applied_index`, `last_log_index`, `snapshot_index`, `role`) of node $1's
+# status; empty when the node is down or the field unset.
 status_field() {
-  node_status "$1" | grep -o " $2=[^ ]*" | sed -e "s/^ $2=//" -e 's/^Some(\(.*\))$/\1/' -e 's/^None$//'
+  { node_status "$1" || true; } | python3 -c '
+import json, sys
+try:
+    v = json.load(sys.stdin)["nodes"][0].get(sys.argv[1])
+except (ValueError, KeyError, IndexError):
+    v = None
+print("" if v is None else v)' "$2"
 }
 
 # Id of the current leader, as node 1..3 see it.

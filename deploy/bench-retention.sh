@@ -45,7 +45,7 @@ wait_applied() {
   local n=$1 target=$2 started; started=$(now_s)
   local deadline=$(( $(date +%s) + $3 ))
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    local applied; applied=$(status_field "$n" applied)
+    local applied; applied=$(status_field "$n" applied_index)
     if [ -n "$applied" ] && [ "$applied" -ge "$target" ]; then since "$started"; return 0; fi
     sleep 0.05
   done
@@ -92,16 +92,16 @@ rss_mib() {
 # (and its log purged behind it), restarts the follower; "catch-up-seconds".
 snapshot_install() {
   local f=$1 leader=$2 held
-  held=$(status_field "$f" last_log)
+  held=$(status_field "$f" last_log_index)
   ledger_cluster "$DATA" kill "$f" >/dev/null
   local deadline=$(( $(date +%s) + 300 ))
   # The leader keeps logs_kept_after_snapshot (1000) entries behind its snapshot.
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    local snap; snap=$(status_field "$leader" snapshot)
+    local snap; snap=$(status_field "$leader" snapshot_index)
     [ -n "$snap" ] && [ "$snap" -gt $((held + 1000)) ] && break
     ledger_load --clients 4 --seconds 3 >/dev/null || true
   done
-  local target; target=$(status_field "$leader" applied)
+  local target; target=$(status_field "$leader" applied_index)
   ledger_cluster "$DATA" restart "$f" >/dev/null
   wait_applied "$f" "$target" 600
 }
@@ -121,7 +121,7 @@ live_records_max = $(( 2 * n + 1000000 ))
 stored_bytes_max = $(( (2 * n + 1000000) * 4096 ))
 EOF_QUOTA
   "$BIN/ledgerctl" --endpoints "$(ledger_endpoints)" --api-key "$OPERATOR_KEY" \
-    apply-policies "$DATA/quota.toml" >/dev/null
+    policy apply "$DATA/quota.toml" >/dev/null
   echo "== $n records: preloading, then $CLIENTS clients for $SECONDS_PER_ROW s"
   local json; json=$(ledger_load --preload "$n" --clients "$CLIENTS" --seconds "$SECONDS_PER_ROW")
   echo "$json" > "$DATA.json"
@@ -138,7 +138,7 @@ EOF_QUOTA
   leader=$(ledger_leader)
   follower=$(( leader % 3 + 1 ))
   echo "== $n records: follower $follower killed and restarted"
-  local target; target=$(status_field "$leader" applied)
+  local target; target=$(status_field "$leader" applied_index)
   local killed; killed=$(now_s)
   ledger_cluster "$DATA" kill "$follower" >/dev/null
   ledger_cluster "$DATA" restart "$follower" >/dev/null
@@ -156,7 +156,7 @@ EOF_QUOTA
     leader_s=$(since "$killed")
   fi
   local new_leader; new_leader=$(ledger_leader || echo "$follower")
-  target=$(status_field "$new_leader" applied)
+  target=$(status_field "$new_leader" applied_index)
   ledger_cluster "$DATA" restart "$leader" >/dev/null
   local old_leader_s; old_leader_s=$(wait_applied "$leader" "$target" 600)
 

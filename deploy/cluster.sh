@@ -7,7 +7,7 @@
 #   deploy/cluster.sh status         each node's view: role, leader, term, indexes
 #   deploy/cluster.sh kill N         SIGKILL node N (a crash)
 #   deploy/cluster.sh restart N      start node N again on its data
-#   deploy/cluster.sh leader         print the leader's node id
+#   deploy/cluster.sh leader         print the leader's node id and address
 #
 # Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103,
 # their Prometheus metrics on http://127.0.0.1:7191..7193/metrics),
@@ -106,9 +106,9 @@ case "${1:-}" in
       ctl init "${members[@]}"
     fi
     ctl wait-leader --timeout-ms 20000
-    ctl put-tenant acme
-    ctl put-tool acme pay/refund keyed_idempotent --horizon-ms 86400000
-    ctl put-tool acme desk/create_ticket unkeyed_create
+    ctl tenant put acme
+    ctl tool put acme pay/refund keyed_idempotent --horizon-ms 86400000
+    ctl tool put acme desk/create_ticket unkeyed_create
     ;;
   stop) for n in "${NODES[@]}"; do stop_node "$n"; done ;;
   status) ctl status ;;

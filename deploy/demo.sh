@@ -14,16 +14,18 @@ bash deploy/cluster.sh start
 export LEDGER_ENDPOINTS="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
 export LEDGER_API_KEY=${TENANT_KEY:-acme-demo-key-000001}
 ctl() { target/debug/ledgerctl "$@"; }
+# Claims the demo parses: one JSON document each.
+ctl_json() { target/debug/ledgerctl --output json "$@"; }
 KEY=acme/support-bot/wf-981/turn-4/refund
 INTENT='{"order": "o-1", "amount": 500, "currency": "EUR"}'
 step() { printf '\n== %s\n' "$*"; }
 
 step "server-a claims the refund through node 2, a follower (it forwards to the leader)"
-first=$(ctl claim "$KEY" pay/refund "$INTENT" --command-id server-a/claim-1 --holder server-a --endpoint 1)
+first=$(ctl_json claim "$KEY" pay/refund "$INTENT" --command-id server-a/claim-1 --holder server-a --endpoint 1)
 echo "$first"
 
 step "the answer is lost; server-a retries the same command id through node 3"
-again=$(ctl claim "$KEY" pay/refund "$INTENT" --command-id server-a/claim-1 --holder server-a --endpoint 2)
+again=$(ctl_json claim "$KEY" pay/refund "$INTENT" --command-id server-a/claim-1 --holder server-a --endpoint 2)
 echo "$again"
 [ "$first" = "$again" ] || { echo "FAIL: the retry got a different answer"; exit 1; }
 echo "same grant: one attempt, one provider key"
@@ -41,7 +43,7 @@ step "the leader, node $leader, is killed with SIGKILL"
 bash deploy/cluster.sh kill "$leader"
 
 step "the agent retries once more; a surviving node answers with the stored receipt"
-replay=$(ctl claim "$KEY" pay/refund "$INTENT" --command-id server-c/claim-1 --holder server-c)
+replay=$(ctl_json claim "$KEY" pay/refund "$INTENT" --command-id server-c/claim-1 --holder server-c)
 echo "$replay"
 grep -q '"Replay"' <<<"$replay" || { echo "FAIL: expected a replay"; exit 1; }
 

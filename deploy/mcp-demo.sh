@@ -41,7 +41,7 @@ cargo build --locked -p ledger-mcp-example --bins
 bash deploy/cluster.sh start
 endpoints="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
 target/debug/ledgerctl --endpoints "$endpoints" --api-key "$OPERATOR_KEY" \
-  apply-policies mcp-server/policies.toml
+  policy apply mcp-server/policies.toml
 
 start providers target/debug/fake-provider
 providers=$ADDR

@@ -15,8 +15,8 @@ use tonic::transport::Channel;
 
 use ledger_core::{
     ClaimOutcome, Decision, Declaration, EffectKey, EffectRecord, EffectState, IntentHash,
-    ListQuery, ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantSettings,
-    ToolName, ToolPolicy,
+    ListQuery, ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantConfig,
+    TenantSettings, ToolName, ToolPolicy,
 };
 use ledger_proto::pb::admin_client::AdminClient;
 use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
@@ -389,6 +389,28 @@ impl LedgerClient {
         })
         .await
         .map(|_| ())
+    }
+
+    /// A tenant's settings and tool policies; `None` when the tenant is not registered.
+    /// The operator key reads any tenant, a tenant key only its own.
+    pub async fn get_tenant(&self, tenant: &str) -> Result<Option<TenantConfig>, ClientError> {
+        let message = pb::GetTenantRequest {
+            tenant: tenant.to_owned(),
+        };
+        let t = &self.transport;
+        let result = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { AdminClient::new(ch).get_tenant(request).await }
+            })
+            .await;
+        match result {
+            Ok(response) => TenantConfig::try_from(response.into_inner())
+                .map(Some)
+                .map_err(malformed),
+            Err(ClientError::Refused(Refusal::UnknownTenant(_))) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets a tool's policy for a tenant (operator key).

@@ -9,7 +9,8 @@
 //!   fenced observation rounds that settle an unknown outcome or escalate.
 //! - [`policy_file`]: the operator's tool policies from TOML, applied to the ledger.
 //! - [`LedgerClient`] ([`ledger`]): declare, claim, heartbeat, report, reconcile,
-//!   observe, decide, get and list, in core types, against any node of the cluster.
+//!   observe, decide, get and list, tenant configuration, in core types, against any node
+//!   of the cluster.
 //! - [`transport`]: endpoints, following the leader, and retries that re-send the same
 //!   command id, so a lost answer never turns into a second grant.
 //! - [`admin`]: node status, finding the leader, forming and changing the cluster.

@@ -197,7 +197,8 @@ class World:
                 ",".join(self.endpoints),
                 "--api-key",
                 OPERATOR_KEY,
-                "apply-policies",
+                "policy",
+                "apply",
                 str(policies),
             ]
         )

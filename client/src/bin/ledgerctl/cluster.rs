@@ -1,0 +1,344 @@
+//! The cluster itself: each node's status, the leader, waiting for readiness, forming the
+//! cluster and changing its membership.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use ledger_client::{ClientError, LedgerClient};
+use ledger_proto::pb;
+
+use crate::cli::{Init, MemberAdd, MemberRemove, Members, Voters};
+use crate::failure::{CliResult, Exit, Failure};
+use crate::output::{or_dash, print_json, say, Format, Table};
+
+/// One node's view, as `status --output json` prints it.
+#[derive(Debug, Serialize)]
+struct NodeView {
+    endpoint: String,
+    /// Whether the node answered; when not, `error` says why and the rest is empty.
+    up: bool,
+    error: Option<String>,
+    node_id: Option<u64>,
+    role: Option<String>,
+    leader_id: Option<u64>,
+    term: Option<u64>,
+    last_log_index: Option<u64>,
+    committed_index: Option<u64>,
+    applied_index: Option<u64>,
+    snapshot_index: Option<u64>,
+    purged_index: Option<u64>,
+    voters: Vec<MemberView>,
+    learners: Vec<MemberView>,
+    records_by_state: BTreeMap<String, u64>,
+    ledger_clock_ms: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct MemberView {
+    node_id: u64,
+    addr: String,
+}
+
+fn members(list: &[pb::Member]) -> Vec<MemberView> {
+    list.iter()
+        .map(|m| MemberView {
+            node_id: m.node_id,
+            addr: m.addr.clone(),
+        })
+        .collect()
+}
+
+impl NodeView {
+    fn of(endpoint: &str, answer: Result<pb::StatusResponse, ClientError>) -> Self {
+        match answer {
+            Ok(s) => NodeView {
+                endpoint: endpoint.to_owned(),
+                up: true,
+                error: None,
+                node_id: Some(s.node_id),
+                role: Some(s.role),
+                leader_id: s.leader_id,
+                term: Some(s.term),
+                last_log_index: s.last_log_index,
+                committed_index: s.committed_index,
+                applied_index: s.applied_index,
+                snapshot_index: s.snapshot_index,
+                purged_index: s.purged_index,
+                voters: members(&s.voters),
+                learners: members(&s.learners),
+                records_by_state: s.records_by_state.into_iter().collect(),
+                ledger_clock_ms: Some(s.ledger_clock_ms),
+            },
+            Err(e) => NodeView {
+                endpoint: endpoint.to_owned(),
+                up: false,
+                error: Some(e.to_string()),
+                node_id: None,
+                role: None,
+                leader_id: None,
+                term: None,
+                last_log_index: None,
+                committed_index: None,
+                applied_index: None,
+                snapshot_index: None,
+                purged_index: None,
+                voters: Vec::new(),
+                learners: Vec::new(),
+                records_by_state: BTreeMap::new(),
+                ledger_clock_ms: None,
+            },
+        }
+    }
+}
+
+/// Every endpoint's view; fails only when a node refuses the key.
+async fn views(client: &LedgerClient) -> Result<Vec<NodeView>, Failure> {
+    let mut out = Vec::new();
+    for (i, endpoint) in client.transport().endpoints().iter().enumerate() {
+        let answer = client.status_of(i).await;
+        if let Err(e) = &answer {
+            if Failure::refused_key(e) {
+                return Err(Failure::from_client("status", e.clone()));
+            }
+        }
+        out.push(NodeView::of(endpoint, answer));
+    }
+    Ok(out)
+}
+
+/// `status`: one row per endpoint; a node that does not answer is `down`.
+pub async fn status(client: &LedgerClient, format: Format) -> CliResult {
+    let views = views(client).await?;
+    if format == Format::Json {
+        print_json(&serde_json::json!({ "nodes": views }));
+        return Ok(Exit::Success);
+    }
+    let mut table = Table::new(&[
+        "endpoint",
+        "node",
+        "role",
+        "leader",
+        "term",
+        "last_log",
+        "committed",
+        "applied",
+        "snapshot",
+        "records",
+    ]);
+    for v in &views {
+        let records = v
+            .records_by_state
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(state, n)| format!("{state}={n}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        table.row(vec![
+            v.endpoint.clone(),
+            or_dash(v.node_id),
+            v.role.clone().unwrap_or_else(|| "down".into()),
+            or_dash(v.leader_id),
+            or_dash(v.term),
+            or_dash(v.last_log_index),
+            or_dash(v.committed_index),
+            or_dash(v.applied_index),
+            or_dash(v.snapshot_index),
+            if v.up {
+                records
+            } else {
+                v.error.clone().unwrap_or_default()
+            },
+        ]);
+    }
+    table.print();
+    Ok(Exit::Success)
+}
+
+/// `leader`.
+pub async fn leader(client: &LedgerClient, format: Format) -> CliResult {
+    let (id, addr) = client.find_leader().await.ok_or_else(|| {
+        Failure::hinted(
+            "no node knows a leader",
+            "is the cluster running and initialised? check --endpoints, or run `ledgerctl init`",
+        )
+    })?;
+    print_leader(id, &addr, format);
+    Ok(Exit::Success)
+}
+
+fn print_leader(id: u64, addr: &str, format: Format) {
+    match format {
+        Format::Json => print_json(&serde_json::json!({ "leader_id": id, "leader_addr": addr })),
+        Format::Table => say!("{id} {addr}"),
+    }
+}
+
+/// `wait-leader`.
+pub async fn wait_leader(client: &LedgerClient, timeout_ms: u64, format: Format) -> CliResult {
+    let (id, addr) = client
+        .wait_for_leader(timeout_ms)
+        .await
+        .map_err(|e| Failure::from_client("wait-leader", e))?;
+    print_leader(id, &addr, format);
+    Ok(Exit::Success)
+}
+
+/// `wait-ready`: every endpoint answers a status call.
+pub async fn wait_ready(client: &LedgerClient, timeout_ms: u64) -> CliResult {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+    for (i, endpoint) in client.transport().endpoints().iter().enumerate() {
+        while let Err(e) = client.status_of(i).await {
+            if Failure::refused_key(&e) {
+                return Err(Failure::from_client("wait-ready", e));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Failure::hinted(
+                    format!("{endpoint} not ready after {timeout_ms} ms: {e}"),
+                    "is the node running? see its log, or wait longer with --timeout-ms",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(Exit::Success)
+}
+
+/// `init ID=HOST:PORT ...`.
+pub async fn init(client: &LedgerClient, args: &Init, format: Format) -> CliResult {
+    let members = args
+        .members
+        .iter()
+        .map(|m| {
+            let (id, addr) = m
+                .split_once('=')
+                .ok_or_else(|| Failure::new(format!("{m} is not ID=HOST:PORT")))?;
+            let id = id
+                .parse::<u64>()
+                .map_err(|_| Failure::new(format!("{id} in {m} is not a node id")))?;
+            Ok((id, addr.to_owned()))
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    client
+        .initialize(&members)
+        .await
+        .map_err(|e| Failure::from_client("init", e))?;
+    match format {
+        Format::Json => print_json(&serde_json::json!({ "initialized": members.len() })),
+        Format::Table => say!("initialized {} members", members.len()),
+    }
+    Ok(Exit::Success)
+}
+
+/// `members ...`.
+pub async fn run(client: &LedgerClient, command: &Members, format: Format) -> CliResult {
+    match command {
+        Members::List => {
+            let view = membership_view(client).await?;
+            print_membership(&view.voters, &view.learners, None, format);
+            Ok(Exit::Success)
+        }
+        Members::Add(args) => add_learner(client, args, format).await,
+        Members::Set(args) => change(client, args.ids.clone(), format).await,
+        Members::Promote(Voters { ids }) => {
+            let mut voters = voter_ids(client).await?;
+            voters.extend(ids.iter().copied());
+            voters.sort_unstable();
+            voters.dedup();
+            change(client, voters, format).await
+        }
+        Members::Remove(MemberRemove { id }) => {
+            let voters = voter_ids(client).await?;
+            if !voters.contains(id) {
+                return Err(Failure::hinted(
+                    format!("node {id} is not a voter (voters: {voters:?})"),
+                    "see `ledgerctl members list`",
+                ));
+            }
+            let rest: Vec<u64> = voters.into_iter().filter(|v| v != id).collect();
+            change(client, rest, format).await
+        }
+    }
+}
+
+/// `members add` (and the older `add-learner`).
+pub async fn add_learner(client: &LedgerClient, args: &MemberAdd, format: Format) -> CliResult {
+    let answer = client
+        .add_learner(args.id, &args.addr)
+        .await
+        .map_err(|e| Failure::from_client("add learner", e))?;
+    print_membership(
+        &members(&answer.voters),
+        &members(&answer.learners),
+        answer.log_index,
+        format,
+    );
+    Ok(Exit::Success)
+}
+
+/// `members set` (and the older `change-membership`).
+pub async fn change(client: &LedgerClient, voters: Vec<u64>, format: Format) -> CliResult {
+    let answer = client
+        .change_membership(voters, false)
+        .await
+        .map_err(|e| Failure::from_client("change membership", e))?;
+    print_membership(
+        &members(&answer.voters),
+        &members(&answer.learners),
+        answer.log_index,
+        format,
+    );
+    Ok(Exit::Success)
+}
+
+/// The membership as the leader sees it, or else the first node that answers.
+async fn membership_view(client: &LedgerClient) -> Result<NodeView, Failure> {
+    let views = views(client).await?;
+    let leader = views
+        .iter()
+        .position(|v| v.role.as_deref() == Some("leader"))
+        .or_else(|| views.iter().position(|v| v.up));
+    match leader {
+        Some(i) => Ok(views.into_iter().nth(i).expect("an index of views")),
+        None => Err(Failure::hinted(
+            "no endpoint answered a status call",
+            "is the cluster running? check --endpoints or $LEDGER_ENDPOINTS",
+        )),
+    }
+}
+
+async fn voter_ids(client: &LedgerClient) -> Result<Vec<u64>, Failure> {
+    Ok(membership_view(client)
+        .await?
+        .voters
+        .iter()
+        .map(|m| m.node_id)
+        .collect())
+}
+
+fn print_membership(
+    voters: &[MemberView],
+    learners: &[MemberView],
+    log_index: Option<u64>,
+    format: Format,
+) {
+    if format == Format::Json {
+        print_json(&serde_json::json!({
+            "log_index": log_index,
+            "voters": voters,
+            "learners": learners,
+        }));
+        return;
+    }
+    let mut table = Table::new(&["node", "addr", "role"]);
+    for (list, role) in [(voters, "voter"), (learners, "learner")] {
+        for m in list {
+            table.row(vec![m.node_id.to_string(), m.addr.clone(), role.into()]);
+        }
+    }
+    table.print();
+    if let Some(index) = log_index {
+        say!("membership log index: {index}");
+    }
+}

@@ -1,0 +1,388 @@
+//! `ledgerctl` as operators and scripts run it: its help texts against golden files, and
+//! `list`, `decide`, `export` and `policy diff` against a ledger node in this process.
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p ledger-client --test ledgerctl_cli` rewrites the golden
+//! files under `client/tests/golden/` from the binary's current help.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::{Ledger, OPERATOR_KEY, POLICIES, TENANT, TENANT_KEY};
+use ledger_client::LedgerClient;
+use ledger_core::{
+    Authority, ClaimOutcome, Declaration, EffectKey, EffectRecord, EffectState, Report, ToolRef,
+};
+
+/// Runs `ledgerctl` with `args`, with no endpoint or key from the environment.
+fn ledgerctl_blocking(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ledgerctl"))
+        .args(args)
+        .env_remove("LEDGER_ENDPOINTS")
+        .env_remove("LEDGER_API_KEY")
+        .output()
+        .expect("ledgerctl runs")
+}
+
+/// Runs `ledgerctl` against `ledger` with `key` off the runtime's threads, so the node in
+/// this process keeps serving.
+async fn ledgerctl(ledger: &Ledger, key: &str, args: &[&str]) -> Output {
+    let mut argv: Vec<String> = vec![
+        "--endpoints".into(),
+        ledger.addr().into(),
+        "--api-key".into(),
+        key.into(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    tokio::task::spawn_blocking(move || {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        ledgerctl_blocking(&argv)
+    })
+    .await
+    .expect("ledgerctl finished")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
+}
+
+fn succeeded(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "ledgerctl failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(out)
+}
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.txt"))
+}
+
+#[test]
+fn help_texts_match_their_golden_files() {
+    let cases: [(&str, &[&str]); 4] = [
+        ("help", &["--help"]),
+        ("list-help", &["list", "--help"]),
+        ("decide-help", &["decide", "--help"]),
+        ("export-help", &["export", "--help"]),
+    ];
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    for (name, args) in cases {
+        let out = ledgerctl_blocking(args);
+        let text = succeeded(&out);
+        let path = golden_path(name);
+        if update {
+            std::fs::write(&path, &text).expect("write golden file");
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(
+            text,
+            golden,
+            "`ledgerctl {}` differs from {}; rerun with UPDATE_GOLDEN=1 if the change is meant",
+            args.join(" "),
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn an_unknown_command_and_a_missing_endpoint_say_what_to_do() {
+    let out = ledgerctl_blocking(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized subcommand"));
+    let out = ledgerctl_blocking(&["status"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("$LEDGER_ENDPOINTS"), "{err}");
+}
+
+fn declaration(tool: &str, key: &str, workflow: &str) -> Declaration {
+    let (provider, name) = tool.split_once('/').expect("provider/name");
+    Declaration {
+        key: EffectKey::new(TENANT, "cli", key),
+        workflow_id: workflow.into(),
+        tool: ToolRef {
+            provider: provider.into(),
+            name: name.into(),
+            contract_version: "v1".into(),
+        },
+        authority: Authority {
+            principal: "user:cli".into(),
+            policy_generation: 1,
+        },
+        target: format!("{tool}:{key}"),
+        intent_json: format!(r#"{{"key":"{key}"}}"#),
+    }
+}
+
+/// Claims `key` and returns the grant's fencing token.
+async fn grant(client: &LedgerClient, d: &Declaration, id: &str) -> u64 {
+    match client.claim(id, d.clone(), "cli-test", None, None).await {
+        Ok(ClaimOutcome::Proceed(g)) => g.fencing_token,
+        other => panic!("expected a grant for {}, got {other:?}", d.key),
+    }
+}
+
+/// A committed effect `key`.
+async fn committed(client: &LedgerClient, key: &str) -> EffectKey {
+    let d = declaration("pay/refund", key, "wf-done");
+    let token = grant(client, &d, &format!("claim-{key}")).await;
+    let receipt = Report::Committed {
+        receipt: format!("re-{key}"),
+    };
+    client
+        .report(&format!("report-{key}"), d.key.clone(), token, receipt)
+        .await
+        .expect("report");
+    d.key
+}
+
+/// An effect `key` whose dispatch budget (three attempts) is spent: escalated.
+async fn escalated(client: &LedgerClient, key: &str) -> EffectKey {
+    let d = declaration("desk/create_ticket", key, "wf-stuck");
+    for i in 0..3 {
+        let token = grant(client, &d, &format!("claim-{key}-{i}")).await;
+        let failed = Report::FailedBeforeEffect {
+            proof: "HTTP 429 before processing".into(),
+        };
+        client
+            .report(&format!("report-{key}-{i}"), d.key.clone(), token, failed)
+            .await
+            .expect("report");
+    }
+    match client
+        .claim(
+            &format!("claim-{key}-last"),
+            d.clone(),
+            "cli-test",
+            None,
+            None,
+        )
+        .await
+    {
+        Ok(ClaimOutcome::Escalated { .. }) => d.key,
+        other => panic!("expected {key} escalated, got {other:?}"),
+    }
+}
+
+/// The keys of `list --output json`'s records, and its `next` token.
+fn listed(text: &str) -> (Vec<String>, Option<String>) {
+    let page: serde_json::Value = serde_json::from_str(text).expect("one JSON document");
+    let records: Vec<EffectRecord> =
+        serde_json::from_value(page["records"].clone()).expect("records");
+    let next = page["next"].as_str().map(str::to_owned);
+    (records.iter().map(|r| r.key.to_string()).collect(), next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_by_state_and_escalation_and_follows_pages() {
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    let done_a = committed(&client, "done-a").await.to_string();
+    let done_b = committed(&client, "done-b").await.to_string();
+    let stuck = escalated(&client, "stuck").await.to_string();
+    let open = declaration("pay/refund", "open", "wf-open");
+    grant(&client, &open, "claim-open").await;
+
+    let json = ["--output", "json", "list", "--tenant", TENANT];
+    let by_state = |state: &'static str| {
+        let mut args = json.to_vec();
+        args.extend(["--state", state]);
+        args
+    };
+    let out = ledgerctl(&ledger, TENANT_KEY, &by_state("committed")).await;
+    assert_eq!(
+        listed(&succeeded(&out)).0,
+        vec![done_a.clone(), done_b.clone()]
+    );
+    let out = ledgerctl(&ledger, TENANT_KEY, &by_state("in_progress")).await;
+    assert_eq!(listed(&succeeded(&out)).0, vec![open.key.to_string()]);
+
+    let mut args = json.to_vec();
+    args.push("--escalated");
+    let out = ledgerctl(&ledger, OPERATOR_KEY, &args).await;
+    assert_eq!(listed(&succeeded(&out)).0, vec![stuck.clone()]);
+
+    // One record per page: the token leads to the next one; --all reads every page.
+    let mut args = json.to_vec();
+    args.extend(["--limit", "1"]);
+    let (first, next) = listed(&succeeded(&ledgerctl(&ledger, TENANT_KEY, &args).await));
+    assert_eq!(first, vec![done_a.clone()]);
+    let next = next.expect("a next page");
+    let mut args_after = args.clone();
+    args_after.extend(["--after", next.as_str()]);
+    let (second, _) = listed(&succeeded(
+        &ledgerctl(&ledger, TENANT_KEY, &args_after).await,
+    ));
+    assert_eq!(second, vec![done_b.clone()]);
+    args.push("--all");
+    let (all, next) = listed(&succeeded(&ledgerctl(&ledger, TENANT_KEY, &args).await));
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(next, None);
+
+    // The table names each record with its state.
+    let out = ledgerctl(&ledger, TENANT_KEY, &["list", "--tenant", TENANT]).await;
+    let table = succeeded(&out);
+    assert!(table.starts_with("KEY"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&done_a) && l.contains("committed")),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    let key = escalated(&client, "ticket-1").await;
+    let key_text = key.to_string();
+    let decide = [
+        "decide",
+        key_text.as_str(),
+        "committed",
+        "--receipt",
+        "ticket 4711 found in the console",
+        "--operator",
+        "ops:jane",
+        "--note",
+        "checked the help desk by hand",
+    ];
+
+    let out = ledgerctl(&ledger, TENANT_KEY, &decide).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("operator key"), "{err}");
+    assert!(client
+        .get(key.clone())
+        .await
+        .unwrap()
+        .unwrap()
+        .escalation
+        .is_some());
+
+    // Operator and note are required.
+    let out = ledgerctl(&ledger, OPERATOR_KEY, &decide[..5]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--operator"));
+
+    let mut args = vec!["--output", "json"];
+    args.extend(decide);
+    let answer: serde_json::Value =
+        serde_json::from_str(&succeeded(&ledgerctl(&ledger, OPERATOR_KEY, &args).await))
+            .expect("JSON");
+    assert_eq!(answer["state"], "committed");
+
+    let record = client.get(key.clone()).await.unwrap().unwrap();
+    assert_eq!(record.state, EffectState::Committed);
+    assert!(record.escalation.is_none());
+    let decision = record.decision.expect("the decision is recorded");
+    assert_eq!(decision.operator, "ops:jane");
+    assert_eq!(decision.note, "checked the help desk by hand");
+    assert_eq!(
+        record.receipt.as_deref(),
+        Some("ticket 4711 found in the console")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_prints_one_json_line_per_record_across_pages() {
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    let mut keys = Vec::new();
+    for i in 0..5 {
+        keys.push(committed(&client, &format!("e-{i}")).await.to_string());
+    }
+    keys.push(escalated(&client, "e-stuck").await.to_string());
+    keys.sort();
+
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["export", "--tenant", TENANT, "--page-size", "2"],
+    )
+    .await;
+    let text = succeeded(&out);
+    let exported: Vec<EffectRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one record"))
+        .collect();
+    let exported_keys: Vec<String> = exported.iter().map(|r| r.key.to_string()).collect();
+    assert_eq!(exported_keys, keys);
+    let escalated_record = exported.iter().find(|r| r.key.key == "e-stuck").unwrap();
+    assert!(escalated_record.escalation.is_some());
+
+    let dir = std::env::temp_dir().join(format!("ledgerctl-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("audit.jsonl");
+    let file_arg = file.to_str().unwrap();
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["export", "--tenant", TENANT, "--file", file_arg],
+    )
+    .await;
+    assert!(succeeded(&out).is_empty());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_diff_exits_zero_when_equal_and_one_naming_each_difference() {
+    let ledger = Ledger::start().await;
+    let dir = std::env::temp_dir().join(format!("ledgerctl-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let same = dir.join("same.toml");
+    std::fs::write(&same, POLICIES).unwrap();
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["policy", "diff", same.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    let changed = dir.join("changed.toml");
+    let text = POLICIES.replace(
+        "tool = \"pay/refund\"\nclass = \"keyed_idempotent\"",
+        "tool = \"pay/refund\"\nclass = \"keyed_idempotent\"\ndispatch_attempts_max = 7",
+    );
+    assert_ne!(text, POLICIES);
+    std::fs::write(&changed, text).unwrap();
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["policy", "diff", changed.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let diff = stdout(&out);
+    assert_eq!(
+        diff.trim(),
+        "tool acme pay/refund: dispatch_attempts_max: cluster 3, file 7"
+    );
+
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["policy", "apply", changed.to_str().unwrap()],
+    )
+    .await;
+    succeeded(&out);
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["policy", "diff", changed.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
