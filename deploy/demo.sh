@@ -13,6 +13,7 @@ bash deploy/cluster.sh start
 
 export LEDGER_ENDPOINTS="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
 export LEDGER_API_KEY=${TENANT_KEY:-acme-demo-key-000001}
+OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 ctl() { target/debug/ledgerctl "$@"; }
 # Claims the demo parses: one JSON document each.
 ctl_json() { target/debug/ledgerctl --output json "$@"; }
@@ -57,6 +58,40 @@ sleep 1
 bash deploy/cluster.sh status
 
 printf '\none refund was granted once, replayed after a lost answer, a second instance and a leader crash\n'
+
+TICKET=acme/agent-runtime/ticket-7
+TICKET_INTENT='{"title":"refund o-1 was asked twice"}'
+step "a ticket whose creation fails three times before any effect: its budget is spent"
+for i in 1 2 3; do
+  out=$(ctl_json claim "$TICKET" desk/create_ticket "$TICKET_INTENT" \
+    --command-id "server-a/ticket-claim-$i" --holder server-a)
+  t=$(sed -n 's/.*"fencing_token":\([0-9]*\).*/\1/p' <<<"$out")
+  ctl report "$TICKET" "$t" failed "HTTP 503 before processing" \
+    --command-id "server-a/ticket-report-$i" >/dev/null
+done
+ctl claim "$TICKET" desk/create_ticket "$TICKET_INTENT" --command-id server-a/ticket-claim-4 \
+  --holder server-a
+
+step "the escalation desk: what waits for a person (ledgerctl list --escalated)"
+ctl list --tenant acme --escalated
+
+step "an operator checks the desk's provider, finds no ticket, and settles it"
+LEDGER_API_KEY=$OPERATOR_KEY ctl decide "$TICKET" not-committed --operator alice \
+  --note "no ticket with this key at the desk provider"
+ctl list --tenant acme --escalated
+
+leader=$(bash deploy/cluster.sh leader | cut -d' ' -f1)
+step "headline numbers from the leader's metrics (http://127.0.0.1:$((BASE_PORT + 90 + leader))/metrics)"
+sleep 1.5  # gauges are sampled once a second
+python3 - "$((BASE_PORT + 90 + leader))" <<'PY'
+import sys, urllib.request
+page = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+wanted = ("ledger_outcomes_total", "ledger_refusals_total", "ledger_records{",
+          "ledger_escalations_open", "ledger_raft_term", "ledger_raft_leader_id", "ledger_ready")
+for line in page.splitlines():
+    if line.startswith(wanted) and not line.endswith(" 0"):
+        print(line)
+PY
 
 bash deploy/cluster.sh stop >/dev/null
 trap - EXIT

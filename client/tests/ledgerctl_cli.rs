@@ -386,3 +386,59 @@ async fn policy_diff_exits_zero_when_equal_and_one_naming_each_difference() {
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `watch --key` prints the record as it is, then each change: here the commit of the
+/// attempt that was in flight when the watch began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_the_record_then_the_commit() {
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    let d = declaration("pay/refund", "watched-1", "wf-watch");
+    let token = grant(&client, &d, "claim-watched-1").await;
+    let key = d.key.to_string();
+    let watching = {
+        let argv = [
+            "--endpoints",
+            ledger.addr(),
+            "--api-key",
+            TENANT_KEY,
+            "--output",
+            "json",
+            "watch",
+            "--key",
+            &key,
+            "--count",
+            "2",
+        ]
+        .map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            ledgerctl_blocking(&argv)
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    client
+        .report(
+            "report-watched-1",
+            d.key.clone(),
+            token,
+            Report::Committed {
+                receipt: "re-watched-1".into(),
+            },
+        )
+        .await
+        .expect("report");
+    let out = tokio::time::timeout(std::time::Duration::from_secs(20), watching)
+        .await
+        .expect("the watch ends after two events")
+        .expect("ledgerctl finished");
+    let states: Vec<String> = succeeded(&out)
+        .lines()
+        .map(|line| {
+            let event: serde_json::Value = serde_json::from_str(line).expect("one JSON per line");
+            assert_eq!(event["key"], key.as_str());
+            event["record"]["state"].as_str().expect("a state").to_owned()
+        })
+        .collect();
+    assert_eq!(states, ["InProgress", "Committed"]);
+}

@@ -88,6 +88,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::List(args) => records::list(c, args, format).await,
         Command::Decide(args) => records::decide(c, args, format).await,
         Command::Export(args) => records::export(c, args).await,
+        Command::Watch(args) => records::watch(c, args, format).await,
         Command::Claim(args) => effects::claim(c, args, format).await,
         Command::Report(args) => effects::report(c, args, format).await,
         Command::Completions(_) => unreachable!("handled before connecting"),

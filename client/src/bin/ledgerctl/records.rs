@@ -5,10 +5,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ledger_client::LedgerClient;
+use ledger_client::{LedgerClient, WatchFilter};
 use ledger_core::{Decision, EffectKey, EffectRecord, EffectState, ListQuery, ToolName};
 
-use crate::cli::{Decide, Export, Get, List, State, Verdict};
+use crate::cli::{Decide, Export, Get, List, State, Verdict, Watch};
 use crate::failure::{CliResult, Exit, Failure};
 use crate::output::{or_dash, print_fields, print_json, say, write_json_line, Format, Table};
 use crate::{parse_key, unique_id};
@@ -93,20 +93,17 @@ fn print_record(r: &EffectRecord) {
 }
 
 /// The filters `list` applies itself, to each page the server returns: the `List` RPC
-/// selects by state, workflow and age only.
+/// selects by state, escalation, workflow and age only.
 struct LocalFilter {
-    escalated: bool,
     tool: Option<ToolName>,
     target: Option<String>,
 }
 
 impl LocalFilter {
     fn keeps(&self, r: &EffectRecord) -> bool {
-        (!self.escalated || r.escalation.is_some())
-            && self
-                .tool
-                .as_ref()
-                .is_none_or(|t| r.tool.provider == t.provider && r.tool.name == t.name)
+        self.tool
+            .as_ref()
+            .is_none_or(|t| r.tool.provider == t.provider && r.tool.name == t.name)
             && self.target.as_ref().is_none_or(|t| r.target == *t)
     }
 }
@@ -133,12 +130,12 @@ pub async fn list(client: &LedgerClient, args: &List, format: Format) -> CliResu
         None => None,
     };
     let filter = LocalFilter {
-        escalated: args.escalated,
         tool,
         target: args.target.clone(),
     };
     let mut query = ListQuery {
         tenant: args.tenant.clone(),
+        escalated: args.escalated,
         state: args.state.map(state),
         workflow_id: args.workflow.clone(),
         updated_at_or_before_ms: args
@@ -260,6 +257,7 @@ pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
     for tenant in &args.tenant {
         let mut query = ListQuery {
             tenant: tenant.clone(),
+            escalated: false,
             state: None,
             workflow_id: None,
             updated_at_or_before_ms: None,
@@ -284,6 +282,54 @@ pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
     out.flush().map_err(write_failed)?;
     if let Some(path) = &args.file {
         eprintln!("exported {written} records to {}", path.display());
+    }
+    Ok(Exit::Success)
+}
+
+/// `watch`: one line per change until `--count` events, an interrupt, or the node ends
+/// the watch (then the error says to read again and watch again).
+pub async fn watch(client: &LedgerClient, args: &Watch, format: Format) -> CliResult {
+    let key = args.key.as_deref().map(parse_key).transpose()?;
+    let tenant = match (&args.tenant, &key) {
+        (Some(tenant), _) => tenant.clone(),
+        (None, Some(key)) => key.tenant.clone(),
+        (None, None) => return Err(Failure::new("watch needs --tenant or --key")),
+    };
+    let filter = WatchFilter {
+        tenant,
+        key,
+        state: args.state.map(state),
+        escalated: args.escalated,
+        workflow_id: args.workflow.clone(),
+    };
+    let mut events = client
+        .watch(filter)
+        .await
+        .map_err(|e| Failure::from_client("watch", e))?;
+    let mut seen = 0;
+    while args.count.is_none_or(|n| seen < n) {
+        let Some(event) = events.next().await else {
+            break;
+        };
+        let event = event.map_err(|e| Failure::from_client("watch", e))?;
+        seen += 1;
+        match format {
+            Format::Json => print_json(&serde_json::json!({
+                "key": event.key.to_string(),
+                "record": event.record,
+                "applied_index": event.applied_index,
+            })),
+            Format::Table => match &event.record {
+                Some(r) => say!(
+                    "{} {} {} applied={}",
+                    event.key,
+                    r.state.as_str(),
+                    escalation(r),
+                    event.applied_index
+                ),
+                None => say!("{} collected applied={}", event.key, event.applied_index),
+            },
+        }
     }
     Ok(Exit::Success)
 }

@@ -10,7 +10,7 @@ use crate::output::Format;
 
 mod records;
 
-pub use records::{Claim, Decide, Ending, Export, Get, List, ReportArgs, State, Verdict};
+pub use records::{Claim, Decide, Ending, Export, Get, List, ReportArgs, State, Verdict, Watch};
 
 /// The effect ledger's operator command line.
 ///
@@ -97,6 +97,9 @@ pub enum Command {
     Decide(Decide),
     /// Every record of the named tenants as JSON lines, for audit; follows every page.
     Export(Export),
+    /// Follow records as they change: one line (or JSON object) per change, as the
+    /// serving node applies it.
+    Watch(Watch),
     /// Claim an effect: declare it if new and ask for an attempt to dispatch.
     Claim(Claim),
     /// Report how a dispatch attempt ended.

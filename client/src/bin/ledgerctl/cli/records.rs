@@ -39,7 +39,7 @@ pub struct List {
     /// Only records unchanged for at least this long (by this machine's clock).
     #[arg(long, value_name = "MS")]
     pub older_than_ms: Option<u64>,
-    /// Only escalated records (filtered by ledgerctl in each page).
+    /// Only escalated records, waiting for a decision.
     #[arg(long)]
     pub escalated: bool,
     /// Only records of this tool, provider/name (filtered by ledgerctl in each page).
@@ -88,6 +88,28 @@ pub struct Decide {
     /// answer was lost. Default: a new id per invocation.
     #[arg(long, value_name = "ID")]
     pub command_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Watch {
+    /// Whose records.
+    #[arg(long, required_unless_present = "key")]
+    pub tenant: Option<String>,
+    /// One effect, tenant/namespace/key; starts with its record as it is.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Only records in this state after the change.
+    #[arg(long, value_enum)]
+    pub state: Option<State>,
+    /// Only records escalated after the change.
+    #[arg(long)]
+    pub escalated: bool,
+    /// Only records of this workflow.
+    #[arg(long, value_name = "ID")]
+    pub workflow: Option<String>,
+    /// Stop after this many events (default: until interrupted or the node ends it).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
 }
 
 #[derive(Debug, Args)]
