@@ -9,7 +9,7 @@ OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
 # Release unless told otherwise: debug numbers say nothing about speed.
 BENCH_PROFILE=${BENCH_PROFILE:-release}
-BIN=target/$BENCH_PROFILE
+BIN=${CARGO_TARGET_DIR:-target}/$BENCH_PROFILE
 
 ledger_endpoints() {
   echo "127.0.0.1:$((LEDGER_BASE_PORT + 1)),127.0.0.1:$((LEDGER_BASE_PORT + 2)),127.0.0.1:$((LEDGER_BASE_PORT + 3))"

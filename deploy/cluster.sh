@@ -26,7 +26,7 @@ NODES=(1 2 3)
 OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
 SECRET=${CLUSTER_SECRET:-local-cluster-secret-0001}
-BIN=target/$PROFILE
+BIN=${CARGO_TARGET_DIR:-target}/$PROFILE
 
 endpoints() {
   local list=()

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DATA=${DATA:-.data/demo}
+# Binaries as cargo builds them (CARGO_TARGET_DIR is honoured).
+BIN=${CARGO_TARGET_DIR:-target}/debug
 export BASE_PORT=${BASE_PORT:-7200}
 bash deploy/cluster.sh stop >/dev/null 2>&1 || true
 rm -rf "$DATA"
@@ -14,9 +16,9 @@ bash deploy/cluster.sh start
 export LEDGER_ENDPOINTS="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
 export LEDGER_API_KEY=${TENANT_KEY:-acme-demo-key-000001}
 OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
-ctl() { target/debug/ledgerctl "$@"; }
+ctl() { $BIN/ledgerctl "$@"; }
 # Claims the demo parses: one JSON document each.
-ctl_json() { target/debug/ledgerctl --output json "$@"; }
+ctl_json() { $BIN/ledgerctl --output json "$@"; }
 KEY=acme/support-bot/wf-981/turn-4/refund
 INTENT='{"order": "o-1", "amount": 500, "currency": "EUR"}'
 step() { printf '\n== %s\n' "$*"; }

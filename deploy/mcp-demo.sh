@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DATA=${MCP_DEMO_DATA:-.data/mcp-demo}
+# Binaries as cargo builds them (CARGO_TARGET_DIR is honoured).
+BIN=${CARGO_TARGET_DIR:-target}/debug
 export BASE_PORT=${MCP_DEMO_BASE_PORT:-7300}
 OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
@@ -40,10 +42,10 @@ trap cleanup EXIT
 cargo build --locked -p ledger-mcp-example --bins
 bash deploy/cluster.sh start
 endpoints="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
-target/debug/ledgerctl --endpoints "$endpoints" --api-key "$OPERATOR_KEY" \
+$BIN/ledgerctl --endpoints "$endpoints" --api-key "$OPERATOR_KEY" \
   policy apply mcp-server/policies.toml
 
-start providers target/debug/fake-provider
+start providers $BIN/fake-provider
 providers=$ADDR
 cat > "$DATA/mcp.toml" <<TOML
 listen_addr = "127.0.0.1:0"
@@ -58,11 +60,11 @@ name = "acme"
 agent_token = "$AGENT_TOKEN"
 ledger_api_key = "$TENANT_KEY"
 TOML
-start mcp-a target/debug/ledger-mcp-server --config "$DATA/mcp.toml" --instance mcp-a
+start mcp-a $BIN/ledger-mcp-server --config "$DATA/mcp.toml" --instance mcp-a
 server_a=$ADDR
-start mcp-b target/debug/ledger-mcp-server --config "$DATA/mcp.toml" --instance mcp-b
+start mcp-b $BIN/ledger-mcp-server --config "$DATA/mcp.toml" --instance mcp-b
 server_b=$ADDR
 echo "providers on $providers; MCP instances mcp-a on $server_a, mcp-b on $server_b"
 
-target/debug/mcp-demo-agent --socket "$DATA/proxy.sock" --token "$AGENT_TOKEN" \
+$BIN/mcp-demo-agent --socket "$DATA/proxy.sock" --token "$AGENT_TOKEN" \
   --server "mcp-a=$server_a" --server "mcp-b=$server_b" --providers "$providers"
