@@ -115,6 +115,26 @@ pub enum Reconciled {
     },
 }
 
+/// Reconciliations this process ran, by how they ended (`committed`, `not_committed`,
+/// `still_unknown`, ...). Recorded through the `metrics` facade: a binary that installs a
+/// recorder (`ledger-mcp-server`) exports it.
+pub const RECONCILIATIONS_TOTAL: &str = "ledger_client_reconciliations_total";
+
+impl Reconciled {
+    /// A short name of how a reconciliation ended.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Reconciled::Committed { .. } => "committed",
+            Reconciled::NotCommitted => "not_committed",
+            Reconciled::StillUnknown => "still_unknown",
+            Reconciled::InFlight => "in_flight",
+            Reconciled::Escalated { .. } => "escalated",
+            Reconciled::NotNeeded { .. } => "not_needed",
+            Reconciled::Expired(_) => "expired",
+        }
+    }
+}
+
 impl EffectRunner {
     /// Reconciles the unknown effect `key` through `adapter`, in at most
     /// `options.rounds_max` observations.
@@ -134,6 +154,7 @@ impl EffectRunner {
                 break;
             }
         }
+        metrics::counter!(RECONCILIATIONS_TOTAL, "result" => answer.label()).increment(1);
         Ok(answer)
     }
 

@@ -437,7 +437,10 @@ async fn watch_prints_the_record_then_the_commit() {
         .map(|line| {
             let event: serde_json::Value = serde_json::from_str(line).expect("one JSON per line");
             assert_eq!(event["key"], key.as_str());
-            event["record"]["state"].as_str().expect("a state").to_owned()
+            event["record"]["state"]
+                .as_str()
+                .expect("a state")
+                .to_owned()
         })
         .collect();
     assert_eq!(states, ["InProgress", "Committed"]);

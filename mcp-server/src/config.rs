@@ -88,6 +88,10 @@ pub struct ServerConfig {
     /// `Host` values accepted (DNS-rebinding protection); loopback names when empty.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Where the Prometheus endpoint (`GET /metrics`, plain HTTP) listens; none when
+    /// absent.
+    #[serde(default)]
+    pub metrics_listen_addr: Option<SocketAddr>,
     /// The tenants served.
     pub tenants: Vec<TenantConfig>,
 }

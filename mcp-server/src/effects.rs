@@ -206,19 +206,26 @@ async fn confirm(call: &Call<'_>, a: &MessageArgs) -> Result<Gate, ErrorData> {
             a.recipients.join(", ")
         );
         let asked = confirmations.ask(tenant, base, &intent, what)?;
+        crate::metrics::count_confirmation("asked");
         return Ok(Gate::Answer(asked.into()));
     };
     let responses = call.input_responses.as_ref();
     Ok(
         match confirmations.check(tenant, base, &intent, state, responses)? {
-            Answer::Confirmed(text) => Gate::Confirmed(text),
-            Answer::Declined => Gate::Answer(
-                failure(json!({
-                    "effect": { "key": base.to_string(), "outcome": "declined" },
-                    "detail": "the user declined; nothing was sent",
-                }))
-                .into(),
-            ),
+            Answer::Confirmed(text) => {
+                crate::metrics::count_confirmation("confirmed");
+                Gate::Confirmed(text)
+            }
+            Answer::Declined => {
+                crate::metrics::count_confirmation("declined");
+                Gate::Answer(
+                    failure(json!({
+                        "effect": { "key": base.to_string(), "outcome": "declined" },
+                        "detail": "the user declined; nothing was sent",
+                    }))
+                    .into(),
+                )
+            }
         },
     )
 }

@@ -15,6 +15,7 @@
 //! - `effects`: each tool's effect, around the client library.
 //! - [`confirm`]: the user's confirmation as an `input_required` round trip.
 //! - [`reply`]: outcomes to tool results and MCP errors.
+//! - [`metrics`]: tool calls, effects, confirmations and reconciliations counted.
 //! - [`providers`]: each tool's provider requests over HTTP, and its look-ups (the
 //!   logic is `ledger-providers`', shared with the simulation).
 //! - [`fake`]: the fake providers (payments, help desk, messaging, deploys).
@@ -29,6 +30,7 @@ mod effects;
 pub mod fake;
 pub mod http;
 pub mod meta;
+pub mod metrics;
 pub mod providers;
 pub mod proxy;
 pub mod reply;

@@ -44,6 +44,7 @@ pub fn finish(
     const RETRY: &str = "the effect may have happened; call again with the same _meta and \
                          arguments: the ledger settles the outcome with the provider before \
                          anything is sent again";
+    crate::metrics::count_effect(&result);
     match result {
         Ok(EffectOutcome::Done { receipt }) => Ok(committed(receipt, false)),
         Ok(EffectOutcome::Replayed { receipt }) => Ok(committed(receipt, true)),

@@ -168,6 +168,17 @@ impl Inner {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let tool = crate::tools::find(&request.name).map_or("unknown", |spec| spec.name);
+        let answer = self.answer_call(request, context).await;
+        crate::metrics::count_call(tool, &answer);
+        answer
+    }
+
+    async fn answer_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let checked = self.check(&request, &context)?;
         if checked.policy.class == ReplayClass::ReadOnly {
             return crate::effects::read_only(self, &checked.args).await;

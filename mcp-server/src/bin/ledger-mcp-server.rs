@@ -26,6 +26,14 @@ async fn main() -> ExitCode {
 
 async fn run() -> anyhow::Result<()> {
     let config = ServerConfig::from_args(std::env::args().skip(1))?;
+    if let Some(addr) = config.metrics_listen_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| anyhow::anyhow!("metrics endpoint on {addr}: {e}"))?;
+        ledger_mcp_example::metrics::describe();
+        tracing::info!("metrics served at http://{addr}/metrics");
+    }
     let (listener, addr) = bind(&config).await?;
     tracing::info!(instance = %config.instance, %addr, "serving MCP");
     println!("listening {addr}");
