@@ -10,8 +10,8 @@
 //! - [`policy_file`]: the operator's tool policies from TOML, applied to the ledger.
 //! - [`LedgerClient`] ([`ledger`]): declare, claim, heartbeat, report, reconcile,
 //!   observe, decide, get and list, in core types, against any node of the cluster.
-//! - [`transport`]: endpoints, following the leader, and retries that re-send the same
-//!   command id, so a lost answer never turns into a second grant.
+//! - [`transport`]: endpoints, TLS ([`TlsOptions`]), following the leader, and retries
+//!   that re-send the same command id, so a lost answer never turns into a second grant.
 //! - [`admin`]: node status, finding the leader, forming and changing the cluster.
 //! - [`error`]: [`ClientError`], with the ledger's typed refusals.
 
@@ -32,4 +32,4 @@ pub use keys::{effect_key, target_of, KeySource};
 pub use ledger::{AmendOutcome, LedgerClient};
 pub use policy_file::PolicyFile;
 pub use reconcile::{Observation, ProviderAdapter, ReconcileOptions, Reconciled};
-pub use transport::{OverloadPolicy, RetryPolicy};
+pub use transport::{OverloadPolicy, RetryPolicy, TlsOptions};

@@ -1,7 +1,8 @@
 //! `ledgerctl`: the operator's and the demo's command line.
 //!
 //! ```text
-//! ledgerctl [--endpoints h:p,h:p] [--api-key KEY] <command> [args]
+//! ledgerctl [--endpoints h:p,h:p] [--api-key KEY]
+//!           [--ca-cert PEM [--client-cert PEM --client-key PEM]] <command> [args]
 //!   status                         each node's view of the cluster (operator key)
 //!   leader                         the leader's id
 //!   wait-ready [--timeout-ms N]    wait until every endpoint answers (operator key)
@@ -19,11 +20,16 @@
 //! ```
 //! `KEY` is `tenant/namespace/key`; `TOOL` is `provider/name[@version]`. Outcomes print as
 //! one JSON line. Endpoints default to `$LEDGER_ENDPOINTS`, the key to `$LEDGER_API_KEY`.
+//! With `--ca-cert` (`$LEDGER_CA_CERT`) the nodes are reached over TLS and their
+//! certificates checked against that CA; `--client-cert` and `--client-key`
+//! (`$LEDGER_CLIENT_CERT`, `$LEDGER_CLIENT_KEY`) present a client certificate.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use ledger_client::{ClientError, LedgerClient, PolicyFile, RetryPolicy};
+use ledger_client::{
+    ClientError, LedgerClient, OverloadPolicy, PolicyFile, RetryPolicy, TlsOptions,
+};
 use ledger_core::{
     Authority, Declaration, EffectKey, ReplayClass, Report, TenantSettings, ToolName, ToolPolicy,
     ToolRef,
@@ -89,6 +95,27 @@ impl Args {
     }
 }
 
+/// TLS from `--ca-cert`, `--client-cert`, `--client-key` or their environment variables;
+/// none without a CA.
+fn tls_options(args: &Args) -> Result<Option<TlsOptions>, String> {
+    let given = |flag: &str, var: &str| {
+        args.flag(flag)
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os(var).map(std::path::PathBuf::from))
+    };
+    let cert = given("client-cert", "LEDGER_CLIENT_CERT");
+    let key = given("client-key", "LEDGER_CLIENT_KEY");
+    match given("ca-cert", "LEDGER_CA_CERT") {
+        Some(ca) => TlsOptions::from_files(&ca, cert.as_deref(), key.as_deref())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        None if cert.is_some() || key.is_some() => {
+            Err("--client-cert and --client-key need --ca-cert (or LEDGER_CA_CERT)".into())
+        }
+        None => Ok(None),
+    }
+}
+
 async fn run(raw: Vec<String>) -> CliResult {
     let args = Args::parse(raw)?;
     let endpoints: Vec<String> = args
@@ -104,8 +131,14 @@ async fn run(raw: Vec<String>) -> CliResult {
         .map(str::to_owned)
         .or_else(|| std::env::var("LEDGER_API_KEY").ok())
         .ok_or("--api-key or LEDGER_API_KEY is required")?;
-    let client = LedgerClient::with_retry(endpoints.clone(), &api_key, RetryPolicy::default())
-        .map_err(|e| e.to_string())?;
+    let client = LedgerClient::with_tls(
+        endpoints.clone(),
+        &api_key,
+        RetryPolicy::default(),
+        OverloadPolicy::default(),
+        tls_options(&args)?,
+    )
+    .map_err(|e| e.to_string())?;
     if let Some(i) = args.number("endpoint")? {
         let i = i as usize;
         let addr = endpoints
