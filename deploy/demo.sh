@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The main job: a local 3-node ledger on RocksDB, and an effect that survives a lost
-# answer, a retry from another tool-server instance, and the crash of the leader.
+# answer, a retry from another tool-server instance, and the crash of the leader. Over
+# TLS (a local CA and certificates made by deploy/gen-certs.sh, mutual TLS between the
+# nodes); TLS=0 runs it in plaintext.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DATA=${DATA:-.data/demo}
 export BASE_PORT=${BASE_PORT:-7200}
+export TLS=${TLS:-1}
 bash deploy/cluster.sh stop >/dev/null 2>&1 || true
 rm -rf "$DATA"
 trap 'bash deploy/cluster.sh stop >/dev/null' EXIT
@@ -13,6 +16,7 @@ bash deploy/cluster.sh start
 
 export LEDGER_ENDPOINTS="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
 export LEDGER_API_KEY=${TENANT_KEY:-acme-demo-key-000001}
+if [ "$TLS" = 1 ]; then export LEDGER_CA_CERT=$DATA/tls/ca.pem; fi
 ctl() { target/debug/ledgerctl "$@"; }
 KEY=acme/support-bot/wf-981/turn-4/refund
 INTENT='{"order": "o-1", "amount": 500, "currency": "EUR"}'

@@ -60,6 +60,7 @@ pub struct Channels {
 #[derive(Default)]
 struct ChannelMap {
     /// The TLS generation the channels were made with.
+    #[cfg(not(madsim))]
     generation: u64,
     by_addr: BTreeMap<String, Channel>,
 }

@@ -62,9 +62,10 @@ impl Security {
     /// certificate).
     pub fn tls_enabled(&self) -> bool {
         #[cfg(not(madsim))]
-        return self.tls.is_some();
+        let enabled = self.tls.is_some();
         #[cfg(madsim)]
-        return false;
+        let enabled = false;
+        enabled
     }
 
     /// Puts the secrets and certificates of `config` in force. Nothing changes unless
