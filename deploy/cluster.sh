@@ -8,13 +8,17 @@
 #   deploy/cluster.sh kill N         SIGKILL node N (a crash)
 #   deploy/cluster.sh restart N      start node N again on its data
 #   deploy/cluster.sh leader         print the leader's node id and address
+#   deploy/cluster.sh reload         SIGHUP every node: secrets and certificates read again
 #
 # Environment: DATA (default .data/cluster), BASE_PORT (default 7100: nodes on 7101..7103,
 # their Prometheus metrics on http://127.0.0.1:7191..7193/metrics),
 # PROFILE (default debug; release for benchmarks), BUILD (default 1; 0 starts the binaries
 # already in target/PROFILE without building), EXTRA_CONFIG (whole TOML tables other than
 # [raft], appended to every node's configuration at every start or restart, e.g.
-# $'[proposer]\nmax_in_flight_batches = 4'; see node/src/config.rs).
+# $'[proposer]\nmax_in_flight_batches = 4'; see node/src/config.rs), TLS (default 0; 1
+# makes a CA and certificates under $DATA/tls with deploy/gen-certs.sh, serves TLS on
+# every node with mutual TLS between them, and points ledgerctl at the CA; unset, it is 1
+# when $DATA/tls holds a CA from an earlier start, so later commands need not repeat it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +31,8 @@ OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
 SECRET=${CLUSTER_SECRET:-local-cluster-secret-0001}
 BIN=${CARGO_TARGET_DIR:-target}/$PROFILE
+TLS_DIR=$DATA/tls
+if [ -z "${TLS:-}" ]; then TLS=0; [ -s "$TLS_DIR/ca.pem" ] && TLS=1; fi
 
 endpoints() {
   local list=()
@@ -34,7 +40,13 @@ endpoints() {
   (IFS=,; echo "${list[*]}")
 }
 
-ctl() { "$BIN/ledgerctl" --endpoints "$(endpoints)" --api-key "$OPERATOR_KEY" "$@"; }
+tls_flags() {
+  [ "$TLS" = 1 ] || return 0
+  echo "--ca-cert $TLS_DIR/ca.pem"
+}
+
+# shellcheck disable=SC2046 # the TLS flags are paths without spaces, split on purpose
+ctl() { "$BIN/ledgerctl" --endpoints "$(endpoints)" --api-key "$OPERATOR_KEY" $(tls_flags) "$@"; }
 
 build() {
   bash deploy/prereqs.sh
@@ -66,6 +78,15 @@ heartbeat_interval_ms = 100
 election_timeout_min_ms = 600
 election_timeout_max_ms = 1200
 EOF
+  if [ "$TLS" = 1 ]; then
+    cat >> "$DATA/node$n.toml" <<EOF
+
+[tls]
+cert_file = "$TLS_DIR/node$n.pem"
+key_file = "$TLS_DIR/node$n.key"
+client_ca_file = "$TLS_DIR/ca.pem"
+EOF
+  fi
   if [ -n "${EXTRA_CONFIG:-}" ]; then printf '%s\n' "$EXTRA_CONFIG" >> "$DATA/node$n.toml"; fi
 }
 
@@ -97,6 +118,7 @@ case "${1:-}" in
   start)
     [ "$BUILD" = 0 ] || build
     mkdir -p "$DATA"
+    if [ "$TLS" = 1 ]; then bash deploy/gen-certs.sh "$TLS_DIR" node1 node2 node3 client; fi
     fresh=1; [ -d "$DATA/node1" ] && fresh=0
     for n in "${NODES[@]}"; do start_node "$n"; done
     members=()
@@ -115,6 +137,13 @@ case "${1:-}" in
   leader) ctl leader ;;
   kill) stop_node "${2:?node id}" KILL ;;
   restart) start_node "${2:?node id}"; ctl wait-leader --timeout-ms 20000 ;;
+  reload)
+    # SIGHUP: every node reads its configuration's secrets and certificates again.
+    for n in "${NODES[@]}"; do
+      if [ -f "$DATA/node$n.pid" ]; then
+        kill -HUP "$(cat "$DATA/node$n.pid")" && echo "node $n reloading"
+      fi
+    done ;;
   wait-ready) ctl wait-ready --timeout-ms 60000 ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

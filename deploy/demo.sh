@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job: a local 3-node ledger on RocksDB, and an effect that survives a lost
-# answer, a retry from another tool-server instance, and the crash of the leader.
+# answer, a retry from another tool-server instance, and the crash of the leader. Over
+# TLS (a local CA and certificates made by deploy/gen-certs.sh, mutual TLS between the
+# nodes); TLS=0 runs it in plaintext.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +10,7 @@ export DATA=${DATA:-.data/demo}
 # Binaries as cargo builds them (CARGO_TARGET_DIR is honoured).
 BIN=${CARGO_TARGET_DIR:-target}/debug
 export BASE_PORT=${BASE_PORT:-7200}
+export TLS=${TLS:-1}
 bash deploy/cluster.sh stop >/dev/null 2>&1 || true
 rm -rf "$DATA"
 trap 'bash deploy/cluster.sh stop >/dev/null' EXIT
@@ -16,6 +19,7 @@ bash deploy/cluster.sh start
 export LEDGER_ENDPOINTS="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
 export LEDGER_API_KEY=${TENANT_KEY:-acme-demo-key-000001}
 OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
+if [ "$TLS" = 1 ]; then export LEDGER_CA_CERT=$DATA/tls/ca.pem; fi
 ctl() { $BIN/ledgerctl "$@"; }
 # Claims the demo parses: one JSON document each.
 ctl_json() { $BIN/ledgerctl --output json "$@"; }

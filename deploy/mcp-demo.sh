@@ -3,7 +3,8 @@
 # tool-server instances, and an agent whose answers a proxy loses after the server has
 # answered. The agent retries through the other instance; the providers' own state shows
 # one refund and one message per recipient. Standalone (own data folder and ports), so
-# deploy/demo.sh can call it at its end.
+# deploy/demo.sh can call it at its end. TLS=1 (as deploy/demo.sh sets it) reaches the
+# ledger over TLS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,7 @@ export BASE_PORT=${MCP_DEMO_BASE_PORT:-7300}
 OPERATOR_KEY=${OPERATOR_KEY:-operator-demo-key-0001}
 TENANT_KEY=${TENANT_KEY:-acme-demo-key-000001}
 AGENT_TOKEN=demo-agent-token-acme-0001
+export TLS=${TLS:-0}
 pids=()
 
 cleanup() {
@@ -42,7 +44,13 @@ trap cleanup EXIT
 cargo build --locked -p ledger-mcp-example --bins
 bash deploy/cluster.sh start
 endpoints="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
-$BIN/ledgerctl --endpoints "$endpoints" --api-key "$OPERATOR_KEY" \
+tls_flags=() ledger_tls=""
+if [ "$TLS" = 1 ]; then
+  ca=$DATA/tls/ca.pem; [[ $ca = /* ]] || ca=$PWD/$ca
+  tls_flags=(--ca-cert "$ca")
+  ledger_tls=$'[ledger_tls]\nca_cert_file = "'"$ca"'"'
+fi
+$BIN/ledgerctl --endpoints "$endpoints" --api-key "$OPERATOR_KEY" "${tls_flags[@]}" \
   policy apply mcp-server/policies.toml
 
 start providers $BIN/fake-provider
@@ -59,6 +67,8 @@ request_state_key = "demo-request-state-key-shared-by-all-instances"
 name = "acme"
 agent_token = "$AGENT_TOKEN"
 ledger_api_key = "$TENANT_KEY"
+
+$ledger_tls
 TOML
 start mcp-a $BIN/ledger-mcp-server --config "$DATA/mcp.toml" --instance mcp-a
 server_a=$ADDR

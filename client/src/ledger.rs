@@ -23,7 +23,7 @@ use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
 use ledger_proto::{pb, WatchFilter};
 
 use crate::error::ClientError;
-use crate::transport::{OverloadPolicy, RetryPolicy, Transport};
+use crate::transport::{OverloadPolicy, RetryPolicy, TlsOptions, Transport};
 
 /// What an amend answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,8 +123,20 @@ impl LedgerClient {
         retry: RetryPolicy,
         overload: OverloadPolicy,
     ) -> Result<Self, ClientError> {
+        Self::with_tls(endpoints, api_key, retry, overload, None)
+    }
+
+    /// A client with explicit policies, over TLS when `tls` is given (see
+    /// [`TlsOptions`]).
+    pub fn with_tls(
+        endpoints: Vec<String>,
+        api_key: &str,
+        retry: RetryPolicy,
+        overload: OverloadPolicy,
+        tls: Option<TlsOptions>,
+    ) -> Result<Self, ClientError> {
         Ok(LedgerClient {
-            transport: Transport::with_policies(endpoints, api_key, retry, overload)?,
+            transport: Transport::with_tls(endpoints, api_key, retry, overload, tls)?,
         })
     }
 

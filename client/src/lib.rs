@@ -9,10 +9,10 @@
 //!   fenced observation rounds that settle an unknown outcome or escalate.
 //! - [`policy_file`]: the operator's tool policies from TOML, applied to the ledger.
 //! - [`LedgerClient`] ([`ledger`]): declare, claim, heartbeat, report, reconcile,
-//!   observe, decide, get and list, tenant configuration, in core types, against any node
-//!   of the cluster.
-//! - [`transport`]: endpoints, following the leader, and retries that re-send the same
-//!   command id, so a lost answer never turns into a second grant.
+//!   observe, decide, get, list and watch, tenant configuration, in core types, against
+//!   any node of the cluster.
+//! - [`transport`]: endpoints, TLS ([`TlsOptions`]), following the leader, and retries
+//!   that re-send the same command id, so a lost answer never turns into a second grant.
 //! - [`admin`]: node status, finding the leader, forming and changing the cluster.
 //! - [`error`]: [`ClientError`], with the ledger's typed refusals.
 
@@ -34,4 +34,4 @@ pub use ledger::{AmendOutcome, LedgerClient, WatchEvent, Watching};
 pub use ledger_proto::WatchFilter;
 pub use policy_file::PolicyFile;
 pub use reconcile::{Observation, ProviderAdapter, ReconcileOptions, Reconciled};
-pub use transport::{OverloadPolicy, RetryPolicy};
+pub use transport::{OverloadPolicy, RetryPolicy, TlsOptions};

@@ -16,6 +16,10 @@
 //! turned away together do not return together) and re-sends the same request to the same
 //! node, without spending an attempt, until [`OverloadPolicy::wait_ms_max`] of such waits
 //! are spent; then the call fails with [`ClientError::Overloaded`], a clear "try later".
+//!
+//! With [`TlsOptions`] every connection is TLS: the nodes' certificates must be signed by
+//! the given CA, and a client certificate is presented when one is given (nodes that
+//! require client certificates refuse a client without one). The simulation has no TLS.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -89,8 +93,83 @@ pub struct Transport {
     inner: Arc<Inner>,
 }
 
+/// TLS towards the nodes.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// The CA (PEM) whose certificates the nodes present.
+    pub ca_cert_pem: Vec<u8>,
+    /// A client certificate chain and its key (PEM), presented to the nodes.
+    pub client_identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the nodes' certificates are checked against instead of each endpoint's
+    /// host (for endpoints given by an address the certificates do not name).
+    pub domain_name: Option<String>,
+}
+
+impl TlsOptions {
+    /// Reads the CA and, when given, the client certificate and key from PEM files.
+    pub fn from_files(
+        ca_cert: &std::path::Path,
+        client_cert: Option<&std::path::Path>,
+        client_key: Option<&std::path::Path>,
+    ) -> Result<Self, ClientError> {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| ClientError::Config(format!("cannot read {}: {e}", path.display())))
+        };
+        let client_identity_pem = match (client_cert, client_key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ClientError::Config(
+                    "a client certificate needs its key, and a key its certificate".into(),
+                ))
+            }
+        };
+        Ok(TlsOptions {
+            ca_cert_pem: read(ca_cert)?,
+            client_identity_pem,
+            domain_name: None,
+        })
+    }
+
+    /// The endpoint for `addr` over TLS.
+    #[cfg(not(madsim))]
+    fn endpoint(&self, addr: &str) -> Result<Endpoint, ClientError> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut tls =
+            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_cert_pem));
+        if let Some((cert, key)) = &self.client_identity_pem {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(name) = &self.domain_name {
+            tls = tls.domain_name(name.clone());
+        }
+        Endpoint::from_shared(format!("https://{addr}"))
+            .map_err(|err| ClientError::Config(format!("bad endpoint {addr}: {err}")))?
+            .tls_config(tls)
+            .map_err(|err| ClientError::Config(format!("TLS towards {addr}: {err}")))
+    }
+
+    #[cfg(madsim)]
+    fn endpoint(&self, _addr: &str) -> Result<Endpoint, ClientError> {
+        Err(ClientError::Config(
+            "TLS is not available in the simulation".into(),
+        ))
+    }
+}
+
+/// The endpoint for `addr`, plaintext or over TLS.
+fn endpoint(addr: &str, tls: Option<&TlsOptions>) -> Result<Endpoint, ClientError> {
+    match tls {
+        Some(tls) => tls.endpoint(addr),
+        None => Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|err| ClientError::Config(format!("bad endpoint {addr}: {err}"))),
+    }
+}
+
 struct Inner {
     endpoints: Vec<String>,
+    tls: Option<TlsOptions>,
     channels: Mutex<Vec<Option<Channel>>>,
     preferred: AtomicUsize,
     authorization: String,
@@ -149,17 +228,28 @@ impl Transport {
         retry: RetryPolicy,
         overload: OverloadPolicy,
     ) -> Result<Self, ClientError> {
+        Self::with_tls(endpoints, api_key, retry, overload, None)
+    }
+
+    /// [`Transport::with_policies`], over TLS when `tls` is given.
+    pub fn with_tls(
+        endpoints: Vec<String>,
+        api_key: &str,
+        retry: RetryPolicy,
+        overload: OverloadPolicy,
+        tls: Option<TlsOptions>,
+    ) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
             return Err(ClientError::Config("no endpoints".into()));
         }
         for e in &endpoints {
-            Endpoint::from_shared(format!("http://{e}"))
-                .map_err(|err| ClientError::Config(format!("bad endpoint {e}: {err}")))?;
+            endpoint(e, tls.as_ref())?;
         }
         let channels = Mutex::new(vec![None; endpoints.len()]);
         Ok(Transport {
             inner: Arc::new(Inner {
                 endpoints,
+                tls,
                 channels,
                 preferred: AtomicUsize::new(0),
                 authorization: format!("Bearer {api_key}"),
@@ -188,7 +278,7 @@ impl Transport {
         let mut channels = self.inner.channels.lock().expect("channel lock");
         channels[i]
             .get_or_insert_with(|| {
-                Endpoint::from_shared(format!("http://{}", self.inner.endpoints[i]))
+                endpoint(&self.inner.endpoints[i], self.inner.tls.as_ref())
                     .expect("validated in new")
                     .connect_timeout(Duration::from_millis(500))
                     .tcp_nodelay(true)

@@ -14,6 +14,11 @@
 //! name = "acme"
 //! agent_token = "the bearer token acme's agents present"
 //! ledger_api_key = "acme's key at the ledger"
+//!
+//! [ledger_tls]                           # optional: reach the ledger over TLS
+//! ca_cert_file = "tls/ca.pem"            # the CA that signed the nodes' certificates
+//! client_cert_file = "tls/client.pem"    # optional, for nodes that require one
+//! client_key_file = "tls/client.key"
 //! ```
 
 use std::net::SocketAddr;
@@ -50,6 +55,41 @@ pub struct TenantConfig {
     pub agent_token: String,
     /// The tenant's API key at the ledger.
     pub ledger_api_key: String,
+}
+
+/// TLS towards the ledger's nodes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerTls {
+    /// The CA (PEM) that signed the nodes' certificates.
+    pub ca_cert_file: PathBuf,
+    /// A client certificate (PEM) presented to the nodes.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
+    /// The name the nodes' certificates are checked against instead of each endpoint's
+    /// host.
+    #[serde(default)]
+    pub domain_name: Option<String>,
+}
+
+impl LedgerTls {
+    fn resolve(&mut self, dir: &Path) {
+        for path in [
+            Some(&mut self.ca_cert_file),
+            self.client_cert_file.as_mut(),
+            self.client_key_file.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if path.is_relative() {
+                *path = dir.join(&*path);
+            }
+        }
+    }
 }
 
 /// A tool server instance's configuration.
@@ -94,6 +134,9 @@ pub struct ServerConfig {
     pub metrics_listen_addr: Option<SocketAddr>,
     /// The tenants served.
     pub tenants: Vec<TenantConfig>,
+    /// TLS towards the ledger; plaintext when absent.
+    #[serde(default)]
+    pub ledger_tls: Option<LedgerTls>,
 }
 
 fn default_namespace() -> String {
@@ -123,6 +166,9 @@ impl ServerConfig {
             toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if config.policy_file.is_relative() {
             config.policy_file = dir.join(&config.policy_file);
+        }
+        if let Some(tls) = &mut config.ledger_tls {
+            tls.resolve(dir);
         }
         config.validate()?;
         Ok(config)
@@ -184,6 +230,11 @@ impl ServerConfig {
         if self.tenants.is_empty() {
             return invalid("at least one tenant is required");
         }
+        if let Some(tls) = &self.ledger_tls {
+            if tls.client_cert_file.is_some() != tls.client_key_file.is_some() {
+                return invalid("ledger_tls: client_cert_file and client_key_file go together");
+            }
+        }
         for (i, t) in self.tenants.iter().enumerate() {
             if t.agent_token.len() < 16 {
                 return invalid("agent tokens must be at least 16 bytes");
@@ -222,6 +273,17 @@ mod tests {
         assert_eq!(c.namespace, "mcp");
         assert_eq!(c.policy_file, PathBuf::from("/etc/mcp/policies.toml"));
         assert_eq!(c.arguments_bytes_max, 16 * 1024);
+        assert!(c.ledger_tls.is_none());
+    }
+
+    #[test]
+    fn ledger_tls_paths_are_taken_from_the_config_folder() {
+        let text = format!("{MINIMAL}\n[ledger_tls]\nca_cert_file = \"tls/ca.pem\"\n");
+        let c = ServerConfig::from_toml(&text, Path::new("/etc/mcp")).unwrap();
+        let tls = c.ledger_tls.unwrap();
+        assert_eq!(tls.ca_cert_file, PathBuf::from("/etc/mcp/tls/ca.pem"));
+        let half = format!("{text}client_cert_file = \"c.pem\"\n");
+        assert!(ServerConfig::from_toml(&half, Path::new(".")).is_err());
     }
 
     #[test]

@@ -18,7 +18,8 @@ use rmcp::{RoleServer, ServerHandler};
 
 use ledger_client::policy_file::describe;
 use ledger_client::{
-    effect_key, target_of, EffectCall, EffectRunner, LedgerClient, PolicyFile, RunOptions,
+    effect_key, target_of, ClientError, EffectCall, EffectRunner, LedgerClient, OverloadPolicy,
+    PolicyFile, RetryPolicy, RunOptions, TlsOptions,
 };
 use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, ToolRef};
 
@@ -111,11 +112,30 @@ impl ToolServer {
     /// per tenant.
     pub fn new(config: ServerConfig) -> Result<Self, StartError> {
         let policies = PolicyFile::load(&config.policy_file)?;
+        let tls = config
+            .ledger_tls
+            .as_ref()
+            .map(|t| -> Result<TlsOptions, ClientError> {
+                let mut tls = TlsOptions::from_files(
+                    &t.ca_cert_file,
+                    t.client_cert_file.as_deref(),
+                    t.client_key_file.as_deref(),
+                )?;
+                tls.domain_name = t.domain_name.clone();
+                Ok(tls)
+            })
+            .transpose()?;
         let tenants = config
             .tenants
             .iter()
             .map(|t| {
-                let ledger = LedgerClient::new(config.ledger_endpoints.clone(), &t.ledger_api_key)?;
+                let ledger = LedgerClient::with_tls(
+                    config.ledger_endpoints.clone(),
+                    &t.ledger_api_key,
+                    RetryPolicy::default(),
+                    OverloadPolicy::default(),
+                    tls.clone(),
+                )?;
                 Ok(Tenant {
                     name: t.name.clone(),
                     token: t.agent_token.clone(),

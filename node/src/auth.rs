@@ -1,34 +1,26 @@
-//! Authentication: a bearer API key names the caller, a tenant or the operator.
+//! Authentication: a bearer API key names the caller, a tenant or the operator. The keys
+//! are the node's current [`Credentials`](crate::credentials::Credentials), replaced at
+//! SIGHUP.
 //!
 //! The node authenticates; the state machine authorises (a tenant may act only on its own
 //! effects, only the operator may configure or decide), so the rule is applied identically
 //! on every replica whichever node accepted the call.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use ledger_core::Caller;
 
-use crate::config::NodeConfig;
 use crate::error::NodeError;
+use crate::security::Security;
 
 /// The API keys a node accepts.
 #[derive(Clone)]
 pub struct Authenticator {
-    keys: Arc<BTreeMap<String, Caller>>,
+    security: Security,
 }
 
 impl Authenticator {
-    /// The keys of `config`.
-    pub fn new(config: &NodeConfig) -> Self {
-        let keys = config
-            .api_keys
-            .iter()
-            .filter_map(|k| config.caller_for(&k.key).map(|c| (k.key.clone(), c)))
-            .collect();
-        Authenticator {
-            keys: Arc::new(keys),
-        }
+    /// The keys `security` holds at each call.
+    pub fn new(security: Security) -> Self {
+        Authenticator { security }
     }
 
     /// The caller a request's `authorization: Bearer <key>` names.
@@ -42,9 +34,9 @@ impl Authenticator {
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .ok_or_else(|| NodeError::Unauthenticated("expected `Bearer <api key>`".into()))?;
-        self.keys
-            .get(token)
-            .cloned()
+        self.security
+            .credentials()
+            .caller(token)
             .ok_or_else(|| NodeError::Unauthenticated("unknown api key".into()))
     }
 

@@ -2,11 +2,31 @@
 //!
 //! Everything has a default except the node id, the listen address and the data folder,
 //! so a three-node cluster on loopback needs three lines per node (see `deploy/`).
+//!
+//! Secrets. The cluster secret and each API key may be written in the file
+//! (`cluster_secret = "..."`, `key = "..."`) or kept in a file of their own, named by a
+//! `_file` field (`cluster_secret_file = "/run/secrets/cluster"`, `key_file = "..."`):
+//! the file's content, without its trailing newline, is the secret. One scheme, files,
+//! because a file can change under a running node: every secret file and certificate is
+//! read again at SIGHUP (environment variables cannot change). An API key is better given
+//! as its SHA-256 (`key_sha256 = "<64 hex digits>"`, `printf %s "$KEY" | sha256sum`): the
+//! node keeps only digests either way, and a configuration holding only digests gives a
+//! reader no key. A plain `key` is accepted with a warning at start.
+//!
+//! TLS. With a `[tls]` table the one listener speaks TLS only: `cert_file` and `key_file`
+//! (PEM) are the node's certificate and key, which it presents to its callers and, as its
+//! client certificate, to its peers (so the certificate needs both the serverAuth and
+//! clientAuth usages, and must be signed by `client_ca_file`); `client_ca_file` is the CA
+//! whose certificates are accepted from callers. The internal Raft service requires one;
+//! the ledger and admin APIs require one only with `require_client_cert = true` (tool
+//! servers authenticate with API keys). `deploy/gen-certs.sh` makes a local CA and
+//! certificates. Without `[tls]` everything is plaintext.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use ledger_core::Caller;
 
@@ -56,18 +76,120 @@ pub enum StorageKind {
     Memory,
 }
 
-/// One API key and whom it authenticates.
-#[derive(Debug, Clone, Deserialize)]
+/// One API key and whom it authenticates. Exactly one of `key`, `key_file` and
+/// `key_sha256` gives the key.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKey {
-    /// The bearer token callers send (`authorization: Bearer <key>`).
-    pub key: String,
+    /// The bearer token callers send (`authorization: Bearer <key>`), in the clear.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// A file holding the key (read at start and at every SIGHUP).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// The key's SHA-256, 64 hex digits: the node never needs the key itself.
+    #[serde(default)]
+    pub key_sha256: Option<String>,
     /// The tenant it acts for; absent for the operator key.
     #[serde(default)]
     pub tenant: Option<String>,
     /// Whether it is an operator key (configuration, decisions, membership).
     #[serde(default)]
     pub operator: bool,
+}
+
+impl ApiKey {
+    /// A key given in the clear, for `tenant` or, with `None`, the operator.
+    pub fn plain(key: &str, tenant: Option<&str>) -> Self {
+        ApiKey {
+            key: Some(key.to_owned()),
+            tenant: tenant.map(str::to_owned),
+            operator: tenant.is_none(),
+            ..ApiKey::default()
+        }
+    }
+
+    /// The SHA-256 of the key, read from wherever it is given. Keys in the clear and
+    /// from files must be at least 16 characters.
+    pub fn digest(&self) -> Result<[u8; 32], ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        let plain = match (&self.key, &self.key_file, &self.key_sha256) {
+            (Some(key), None, None) => key.clone(),
+            (None, Some(path), None) => read_secret(path)?,
+            (None, None, Some(hex)) => {
+                return parse_sha256(hex).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "key_sha256 {hex:?} is not 64 hex digits (the SHA-256 of the key)"
+                    ))
+                })
+            }
+            _ => {
+                return invalid("an api key needs exactly one of key, key_file, key_sha256".into())
+            }
+        };
+        if plain.len() < 16 {
+            return invalid("api keys must be at least 16 characters".into());
+        }
+        Ok(Sha256::digest(plain.as_bytes()).into())
+    }
+
+    /// Whom the key authenticates (validated: a tenant's or the operator's).
+    pub fn caller(&self) -> Caller {
+        match (&self.tenant, self.operator) {
+            (_, true) => Caller::Operator,
+            (Some(t), false) => Caller::Tenant(t.clone()),
+            (None, false) => unreachable!("validated: a key is a tenant's or the operator's"),
+        }
+    }
+
+    /// A name for the key in messages that does not give it away.
+    pub fn describe(&self) -> String {
+        match (&self.tenant, self.operator) {
+            (_, true) => "the operator key".into(),
+            (Some(t), false) => format!("a key of tenant {t}"),
+            (None, false) => "a key of no tenant".into(),
+        }
+    }
+}
+
+/// The 32 bytes written as 64 hex digits in `hex`.
+pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The secret kept in the file at `path`, without its trailing newline.
+pub fn read_secret(path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// Transport security of the listener and of the connections to peers (see the module's
+/// documentation). Every file is read at start and again at SIGHUP.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The node's certificate chain, PEM, leaf first.
+    pub cert_file: PathBuf,
+    /// The certificate's private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// The CA (PEM, one or more certificates) whose certificates callers may present:
+    /// it signs the peers' certificates, and the clients' when they have any.
+    pub client_ca_file: PathBuf,
+    /// Whether the ledger and admin APIs refuse a caller without a certificate. The Raft
+    /// service always does when TLS is on.
+    #[serde(default)]
+    pub require_client_cert: bool,
 }
 
 /// Raft timing and log compaction.
@@ -184,11 +306,20 @@ pub struct NodeConfig {
     /// Storage engine.
     #[serde(default)]
     pub storage: StorageKind,
-    /// Shared by the cluster's nodes: authenticates the internal Raft service.
+    /// Shared by the cluster's nodes: authenticates the internal Raft service (with the
+    /// peer's certificate when TLS is on). Given here or by `cluster_secret_file`.
+    #[serde(default)]
     pub cluster_secret: String,
+    /// A file holding the cluster secret instead of `cluster_secret` (read at start and
+    /// at every SIGHUP; [`NodeConfig::load`] puts its content in `cluster_secret`).
+    #[serde(default)]
+    pub cluster_secret_file: Option<PathBuf>,
     /// API keys of tenants and the operator.
     #[serde(default)]
     pub api_keys: Vec<ApiKey>,
+    /// TLS on the listener and towards peers; plaintext when absent.
+    #[serde(default)]
+    pub tls: Option<TlsSettings>,
     /// Raft timing and compaction.
     #[serde(default)]
     pub raft: RaftSettings,
@@ -241,10 +372,11 @@ fn default_clock_skew_ms_max() -> u64 {
 impl NodeConfig {
     /// Parses a configuration from TOML text.
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let config: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        config.read_secret_files()?;
         config.validate()?;
         Ok(config)
     }
@@ -269,20 +401,32 @@ impl NodeConfig {
         if let Some(data_dir) = overrides.data_dir {
             config.data_dir = data_dir;
         }
+        config.read_secret_files()?;
         config.validate()?;
         Ok(config)
     }
 
-    /// Whom an API key authenticates.
+    /// Puts the content of `cluster_secret_file` in `cluster_secret`.
+    fn read_secret_files(&mut self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.cluster_secret_file {
+            if !self.cluster_secret.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "give cluster_secret or cluster_secret_file, not both".into(),
+                ));
+            }
+            self.cluster_secret = read_secret(path)?;
+        }
+        Ok(())
+    }
+
+    /// Whom an API key authenticates (a linear search; the node uses
+    /// `credentials::Credentials`, which compares digests in constant time).
     pub fn caller_for(&self, key: &str) -> Option<Caller> {
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         self.api_keys
             .iter()
-            .find(|k| k.key == key)
-            .map(|k| match (&k.tenant, k.operator) {
-                (_, true) => Caller::Operator,
-                (Some(t), false) => Caller::Tenant(t.clone()),
-                (None, false) => unreachable!("validated: a key is a tenant's or the operator's"),
-            })
+            .find(|k| k.digest().ok() == Some(digest))
+            .map(ApiKey::caller)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -291,15 +435,13 @@ impl NodeConfig {
             return invalid("cluster_secret must be at least 16 characters".into());
         }
         for key in &self.api_keys {
-            if key.key.len() < 16 {
-                return invalid("api keys must be at least 16 characters".into());
-            }
             if key.operator == key.tenant.is_some() {
                 return invalid(format!(
-                    "api key ending {:?} must name a tenant or be the operator key, not both",
-                    &key.key[key.key.len() - 4..]
+                    "{} must name a tenant or be the operator key, not both",
+                    key.describe()
                 ));
             }
+            key.digest()?;
             if let Some(t) = &key.tenant {
                 if let Err(e) = ledger_core::key::validate_tenant(t) {
                     return invalid(e.to_string());
@@ -354,57 +496,4 @@ impl NodeConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MINIMAL: &str = r#"
-        node_id = 1
-        listen_addr = "127.0.0.1:7001"
-        data_dir = "/tmp/ledger-1"
-        cluster_secret = "0123456789abcdef"
-        [[api_keys]]
-        key = "tenant-acme-key-0001"
-        tenant = "acme"
-        [[api_keys]]
-        key = "operator-key-00001"
-        operator = true
-    "#;
-
-    #[test]
-    fn minimal_config_gets_defaults_and_maps_keys() {
-        let c = NodeConfig::from_toml(MINIMAL, Path::new("x.toml")).unwrap();
-        assert_eq!(c.storage, StorageKind::Rocksdb);
-        assert_eq!(c.raft.heartbeat_interval_ms, 100);
-        assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
-        assert_eq!(c.proposer.admitted_calls_max, 1_024);
-        assert_eq!(c.proposer.overloaded_retry_after_ms, 100);
-        assert_eq!(
-            c.caller_for("tenant-acme-key-0001"),
-            Some(Caller::Tenant("acme".into()))
-        );
-        assert_eq!(c.caller_for("operator-key-00001"), Some(Caller::Operator));
-        assert_eq!(c.caller_for("nope"), None);
-    }
-
-    #[test]
-    fn bad_configs_are_typed_errors() {
-        for bad in [
-            MINIMAL.replace("node_id = 1", "node_id = \"one\""),
-            MINIMAL.replace("0123456789abcdef", "short"),
-            MINIMAL.replace("tenant = \"acme\"", "tenant = \"acme\"\noperator = true"),
-            format!("{MINIMAL}\n[raft]\nelection_timeout_min_ms = 50"),
-            format!("{MINIMAL}\nunknown_field = 3"),
-            MINIMAL.replace("node_id = 1", "node_id = 1\nclock_skew_ms_max = 3600000"),
-            format!("{MINIMAL}\n[raft]\nappend_timeout_ms = 10"),
-            format!("{MINIMAL}\n[proposer]\nadmitted_calls_max = 0"),
-            format!("{MINIMAL}\n[proposer]\nadmitted_bytes_max = 1024"),
-            format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 0"),
-            format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 600000"),
-        ] {
-            assert!(
-                NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),
-                "{bad}"
-            );
-        }
-    }
-}
+mod tests;

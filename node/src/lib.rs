@@ -23,7 +23,11 @@
 //!   messages travel on connections of their own, apart from forwarded client calls.
 //! - [`ledger_service`], [`admin_service`]: the public gRPC services; [`health`]: the
 //!   standard gRPC health service (ready: a leader is known and the log is applied).
-//! - [`auth`]: API keys to callers. [`error`]: failures and their gRPC statuses.
+//! - [`auth`]: API keys to callers; [`credentials`]: the cluster secret and the keys'
+//!   digests, compared in constant time; [`security`]: those and the TLS material in
+//!   one handle, reloaded at SIGHUP; `tls` (real network only): the listener's TLS, with
+//!   client certificates, and TLS towards peers. [`error`]: failures and their gRPC
+//!   statuses.
 //! - [`metrics`]: the names of what a node measures (stage times of a command, calls by
 //!   result, outcomes and refusals, sweeps); [`gauges`]: its Raft and ledger state,
 //!   sampled; the binary exports them for Prometheus.
@@ -35,6 +39,7 @@ pub mod admission;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod gauges;
 pub mod health;
@@ -46,8 +51,11 @@ pub mod node;
 pub mod proposer;
 pub mod raft_service;
 pub mod real_time;
+pub mod security;
 pub mod stamp_bound;
 pub mod sweeper;
+#[cfg(not(madsim))]
+pub mod tls;
 pub mod watch;
 pub mod wire;
 
@@ -95,6 +103,9 @@ pub enum RunError {
     /// The gRPC server failed.
     #[error("server: {0}")]
     Server(String),
+    /// The secrets or certificates could not be loaded.
+    #[error("security: {0}")]
+    Security(String),
 }
 
 /// The openraft configuration for `config`.
@@ -140,7 +151,8 @@ pub async fn start_with_clock(
     let logged_ms = log_store.latest_stamp().await?.map_or(0, |s| s.ledger_ms);
     let time =
         ledger_time::LedgerTime::new(clock, reader.clone(), logged_ms, config.clock_skew_ms_max);
-    let network = network::Network::new(&config.cluster_secret, config.raft.append_timeout_ms);
+    let security = security::Security::new(config).map_err(RunError::Security)?;
+    let network = network::Network::new(security.clone(), config.raft.append_timeout_ms);
     let raft = Raft::new(
         config.node_id,
         Arc::new(raft_config(config)?),
@@ -158,8 +170,8 @@ pub async fn start_with_clock(
         time,
         proposer,
         admission::Admission::new(&config.proposer),
-        network::Channels::default(),
-        &config.cluster_secret,
+        network::Channels::new(security.clone()),
+        security,
     ))
 }
 
@@ -185,9 +197,14 @@ pub async fn serve(
     let gauges = config
         .metrics_listen_addr
         .map(|_| tokio::spawn(gauges::sample(node.clone())));
-    let auth = auth::Authenticator::new(config);
-    tracing::info!(node_id = config.node_id, addr = %config.listen_addr, "serving");
-    let served = Server::builder()
+    let auth = auth::Authenticator::new(node.security.clone());
+    tracing::info!(
+        node_id = config.node_id,
+        addr = %config.listen_addr,
+        tls = node.security.tls_enabled(),
+        "serving"
+    );
+    let router = Server::builder()
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
         .http2_max_pending_accept_reset_streams(Some(PENDING_RESETS_PER_CONNECTION_MAX))
         .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
@@ -203,16 +220,39 @@ pub async fn serve(
         ))
         .add_service(ledger_proto::raft_server(raft_service::RaftService::new(
             node.clone(),
-            &config.cluster_secret,
-        )))
-        .serve_with_shutdown(config.listen_addr, shutdown)
-        .await;
+        )));
+    let served = listen(router, &node.security, config.listen_addr, shutdown).await;
     tracing::info!(node_id = config.node_id, "shutting down");
     sweeper.abort();
     if let Some(gauges) = gauges {
         gauges.abort();
     }
     let stopped = node.raft.shutdown().await;
-    served.map_err(|e| RunError::Server(e.to_string()))?;
+    served?;
     stopped.map_err(|e| RunError::Raft(format!("shutdown: {e:?}")))
+}
+
+/// Serves `router` on `addr` until `shutdown` resolves: over TLS when `security` has it.
+async fn listen(
+    router: tonic::transport::server::Router,
+    security: &security::Security,
+    addr: std::net::SocketAddr,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
+    #[cfg(not(madsim))]
+    if let Some(tls) = security.tls() {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| RunError::Server(format!("bind {addr}: {e}")))?;
+        let incoming = tls::incoming(listener, tls.clone());
+        return router
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+            .map_err(|e| RunError::Server(e.to_string()));
+    }
+    let _ = security;
+    router
+        .serve_with_shutdown(addr, shutdown)
+        .await
+        .map_err(|e| RunError::Server(e.to_string()))
 }

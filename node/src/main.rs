@@ -1,6 +1,8 @@
 //! `ledger-node`: parse the command line and the configuration file, open the store,
-//! serve until SIGINT or SIGTERM, then shut down gracefully. `ledger-node --help` lists
-//! the flags; every flag also reads an environment variable.
+//! serve until SIGINT or SIGTERM, then shut down gracefully. At SIGHUP the configuration
+//! file is read again and its secrets and certificates put in force (see
+//! `ledger_node::security`). `ledger-node --help` lists the flags; every flag also reads
+//! an environment variable.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 use clap::{Parser, ValueEnum};
 
 use ledger_node::config::{NodeConfig, Overrides, StorageKind};
+use ledger_node::security::Security;
 use ledger_node::RunError;
 use ledger_raft_store::{DiskRef, RocksDisk, SimDisk, StoreError};
 
@@ -64,7 +67,7 @@ fn main() -> ExitCode {
         listen_addr: cli.listen,
         data_dir: cli.data_dir,
     };
-    let config = match NodeConfig::load(&cli.config, overrides) {
+    let config = match NodeConfig::load(&cli.config, overrides.clone()) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("ledger-node: {e}");
@@ -81,7 +84,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(config)) {
+    match runtime.block_on(serve(config, cli.config, overrides)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -90,7 +93,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: NodeConfig) -> Result<(), String> {
+async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Result<(), String> {
     if let Some(addr) = config.metrics_listen_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -107,21 +110,51 @@ async fn serve(config: NodeConfig) -> Result<(), String> {
         }
         StorageKind::Memory => Arc::new(SimDisk::new()),
     };
-    ledger_node::run(config, disk, shutdown_signal())
-        .await
-        .map_err(|e| match &e {
-            // Never served, never repaired in place: the way back is a fresh member.
-            RunError::Storage(store)
-                if store.is_damaged_data()
-                    && !matches!(store, StoreError::UnsupportedFormat { .. }) =>
-            {
-                format!(
-                    "{e}; the node refuses to start on damaged data: wipe its data \
+    let started = ledger_node::start(&config, disk).await;
+    let served = match started {
+        Ok(node) => {
+            let reloads = tokio::spawn(reload_on_hangup(node.security.clone(), path, overrides));
+            let served = ledger_node::serve(node, &config, shutdown_signal()).await;
+            reloads.abort();
+            served
+        }
+        Err(e) => Err(e),
+    };
+    served.map_err(|e| match &e {
+        // Never served, never repaired in place: the way back is a fresh member.
+        RunError::Storage(store)
+            if store.is_damaged_data()
+                && !matches!(store, StoreError::UnsupportedFormat { .. }) =>
+        {
+            format!(
+                "{e}; the node refuses to start on damaged data: wipe its data \
                      directory and add it back to the cluster as a new member"
-                )
-            }
-            _ => e.to_string(),
-        })
+            )
+        }
+        _ => e.to_string(),
+    })
+}
+
+/// At every SIGHUP, reads the configuration file again and puts its secrets and
+/// certificates in force; a file that does not load changes nothing and is logged.
+async fn reload_on_hangup(security: Security, path: PathBuf, overrides: Overrides) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(signal) => signal,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGHUP, secrets and certificates will not reload: {e}");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        tracing::info!("SIGHUP: reading {} again", path.display());
+        let reloaded = NodeConfig::load(&path, overrides.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|config| security.reload(&config));
+        if let Err(e) = reloaded {
+            tracing::error!("reload refused, the secrets and certificates in force stay: {e}");
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

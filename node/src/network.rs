@@ -12,7 +12,9 @@
 //! `append_timeout_ms` for AppendEntries that carry entries (see `RaftSettings`).
 //! Snapshots are streamed in chunks so a large ledger never becomes one oversized message.
 //! The cluster secret goes with every call: the internal service carries
-//! already-authenticated commands and must not be reachable with a tenant's key.
+//! already-authenticated commands and must not be reachable with a tenant's key. With TLS
+//! on, peers are dialed over TLS and this node presents its certificate, which the
+//! peer's Raft service requires; channels made before a certificate reload are replaced.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -35,6 +37,7 @@ use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{blocking, SnapshotData, TypeConfig};
 
 use crate::metrics::{Stopwatch, REPLICATE_SECONDS};
+use crate::security::Security;
 use crate::wire;
 
 type C = TypeConfig;
@@ -48,25 +51,63 @@ pub const PEER_MESSAGE_BYTES_MAX: usize = 64 << 20;
 
 /// Lazily connected gRPC channels to peers, by address: one connection per peer and per
 /// `Channels` value, so that two values never share a connection.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Channels {
-    by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
+    map: Arc<Mutex<ChannelMap>>,
+    security: Security,
+}
+
+#[derive(Default)]
+struct ChannelMap {
+    /// The TLS generation the channels were made with.
+    #[cfg(not(madsim))]
+    generation: u64,
+    by_addr: BTreeMap<String, Channel>,
 }
 
 impl Channels {
+    /// No channels yet; they will be made with the TLS material of `security`.
+    pub fn new(security: Security) -> Self {
+        Channels {
+            map: Arc::default(),
+            security,
+        }
+    }
+
     /// The channel to `addr` (`host:port`), created on first use.
     pub fn get(&self, addr: &str) -> Result<Channel, String> {
-        let mut map = self.by_addr.lock().expect("channel map lock");
-        if let Some(channel) = map.get(addr) {
+        let mut map = self.map.lock().expect("channel map lock");
+        #[cfg(not(madsim))]
+        if let Some(tls) = self.security.tls() {
+            if map.generation != tls.generation() {
+                map.by_addr.clear();
+                map.generation = tls.generation();
+            }
+        }
+        if let Some(channel) = map.by_addr.get(addr) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("bad peer address {addr}: {e}"))?
+        let channel = self
+            .endpoint(addr)?
             .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true);
-        let channel = endpoint.connect_lazy();
-        map.insert(addr.to_owned(), channel.clone());
+            .tcp_nodelay(true)
+            .connect_lazy();
+        map.by_addr.insert(addr.to_owned(), channel.clone());
         Ok(channel)
+    }
+
+    fn endpoint(&self, addr: &str) -> Result<Endpoint, String> {
+        #[cfg(not(madsim))]
+        if let Some(tls) = self.security.tls() {
+            return tls.peer_endpoint(addr);
+        }
+        Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad peer address {addr}: {e}"))
+    }
+
+    /// The cluster secret in force, to send with a call.
+    pub fn cluster_secret(&self) -> String {
+        self.security.credentials().cluster_secret().to_owned()
     }
 }
 
@@ -75,18 +116,17 @@ impl Channels {
 pub struct Network {
     control: Channels,
     replication: Channels,
-    secret: Arc<str>,
     append_timeout: Duration,
 }
 
 impl Network {
-    /// A network that authenticates with `secret` and gives an AppendEntries that carries
-    /// entries at least `append_timeout_ms`.
-    pub fn new(secret: &str, append_timeout_ms: u64) -> Self {
+    /// A network that authenticates with the secret and certificate `security` holds at
+    /// each call and gives an AppendEntries that carries entries at least
+    /// `append_timeout_ms`.
+    pub fn new(security: Security, append_timeout_ms: u64) -> Self {
         Network {
-            control: Channels::default(),
-            replication: Channels::default(),
-            secret: secret.into(),
+            control: Channels::new(security.clone()),
+            replication: Channels::new(security),
             append_timeout: Duration::from_millis(append_timeout_ms),
         }
     }
@@ -152,7 +192,7 @@ impl PeerClient {
         };
         let fut = call(
             self.client(channels)?,
-            with_secret(message, &self.network.secret),
+            with_secret(message, &channels.cluster_secret()),
         );
         let response = tokio::time::timeout(ttl, fut)
             .await
@@ -261,7 +301,7 @@ impl RaftNetworkV2<C> for PeerClient {
         });
         let chunks = futures::StreamExt::chain(futures::stream::iter([first]), rest);
         let mut client = self.client(&self.network.replication)?;
-        let request = with_secret(chunks, &self.network.secret);
+        let request = with_secret(chunks, &self.network.replication.cluster_secret());
         let send = client.install_snapshot(request);
         let ttl = option.hard_ttl().max(Duration::from_secs(30));
         let response = tokio::select! {

@@ -36,6 +36,7 @@ use crate::error::NodeError;
 use crate::ledger_time::{LedgerTime, PeerAnswer};
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
 use crate::proposer::{approx_bytes, Proposer};
+use crate::security::Security;
 use crate::wire::{self, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
 
 /// How long to wait for a leader to be elected before telling the caller to retry.
@@ -66,7 +67,8 @@ pub struct LedgerNode {
     admission: Admission,
     /// Connections for forwarded calls and administration, apart from Raft's.
     channels: Channels,
-    secret: std::sync::Arc<str>,
+    /// The credentials and certificates in force; [`Security::reload`] replaces them.
+    pub security: Security,
     /// Held while the peers are asked about ledger time, so that they are asked once.
     asking_peers: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
@@ -83,7 +85,7 @@ impl LedgerNode {
         proposer: Proposer,
         admission: Admission,
         channels: Channels,
-        secret: &str,
+        security: Security,
     ) -> Self {
         LedgerNode {
             id,
@@ -93,7 +95,7 @@ impl LedgerNode {
             proposer,
             admission,
             channels,
-            secret: secret.into(),
+            security,
             asking_peers: Default::default(),
         }
     }
@@ -273,7 +275,7 @@ impl LedgerNode {
         let message = pb::RaftMessage {
             payload: wire::encode(&request),
         };
-        let call = client.forward(with_secret(message, &self.secret));
+        let call = client.forward(with_secret(message, &self.channels.cluster_secret()));
         let response = tokio::time::timeout(Duration::from_millis(FORWARD_TIMEOUT_MS), call)
             .await
             .map_err(|_| NodeError::Timeout(FORWARD_TIMEOUT_MS))?

@@ -1,5 +1,9 @@
 //! The internal `Raft` gRPC service: AppendEntries, votes, snapshot streaming and
-//! forwarding from followers. Only peers holding the cluster secret may call it.
+//! forwarding from followers. Only peers holding the cluster secret may call it, and with
+//! TLS on only over a connection on which they presented a certificate the client CA
+//! signed (the handshake has checked the signature and validity of any certificate
+//! presented; a connection without one is refused here, since the ledger API may allow
+//! it).
 
 use futures::StreamExt;
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
@@ -25,29 +29,35 @@ const SNAPSHOT_BYTES_MAX: usize = 16 << 30;
 /// Serves the internal service for one node.
 pub struct RaftService {
     node: LedgerNode,
-    secret: String,
 }
 
 impl RaftService {
-    /// The service for `node`, accepting callers with `secret`.
-    pub fn new(node: LedgerNode, secret: &str) -> Self {
-        RaftService {
-            node,
-            secret: secret.to_owned(),
-        }
+    /// The service for `node`, accepting callers with the cluster secret (and, with TLS
+    /// on, a client certificate) that `node.security` holds at each call.
+    pub fn new(node: LedgerNode) -> Self {
+        RaftService { node }
     }
 
     fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        #[cfg(not(madsim))]
+        if self.node.security.tls_enabled()
+            && request.peer_certs().is_none_or(|chain| chain.is_empty())
+        {
+            return Err(Status::unauthenticated(
+                "internal service: TLS is on and this connection presented no client \
+                 certificate; only cluster nodes, with a certificate signed by the client \
+                 CA (tls.client_ca_file), may call it",
+            ));
+        }
         let offered = request
             .metadata()
             .get(CLUSTER_SECRET_HEADER)
             .and_then(|v| v.to_str().ok());
-        if offered == Some(self.secret.as_str()) {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated(
+        match offered {
+            Some(offered) if self.node.security.credentials().is_cluster_secret(offered) => Ok(()),
+            _ => Err(Status::unauthenticated(
                 "internal service: missing or wrong cluster secret",
-            ))
+            )),
         }
     }
 }

@@ -108,18 +108,12 @@ impl ClusterSettings {
             data_dir: PathBuf::from(format!("/sim/node{id}")),
             storage: StorageKind::Memory,
             cluster_secret: CLUSTER_SECRET.into(),
+            cluster_secret_file: None,
             api_keys: vec![
-                ApiKey {
-                    key: OPERATOR_KEY.into(),
-                    tenant: None,
-                    operator: true,
-                },
-                ApiKey {
-                    key: TENANT_KEY.into(),
-                    tenant: Some(TENANT.into()),
-                    operator: false,
-                },
+                ApiKey::plain(OPERATOR_KEY, None),
+                ApiKey::plain(TENANT_KEY, Some(TENANT)),
             ],
+            tls: None,
             raft: self.raft.clone(),
             proposer: self.proposer.clone(),
             sweeper: self.sweeper.clone(),

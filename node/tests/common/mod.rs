@@ -3,19 +3,21 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use ledger_client::{LedgerClient, RetryPolicy};
+use ledger_client::{LedgerClient, OverloadPolicy, RetryPolicy, TlsOptions};
 use ledger_core::{ReplayClass, TenantSettings, ToolName, ToolPolicy};
 
 pub const OPERATOR_KEY: &str = "test-operator-key-0001";
 pub const TENANT_KEY: &str = "test-tenant-acme-0001";
 pub const GHOST_KEY: &str = "test-tenant-ghost-0001";
 pub const TENANT: &str = "acme";
-const SECRET: &str = "test-cluster-secret-01";
+pub const SECRET: &str = "test-cluster-secret-01";
 
 /// Real node processes; killed when dropped.
 pub struct ProcessCluster {
@@ -23,6 +25,19 @@ pub struct ProcessCluster {
     ports: Vec<u16>,
     metrics_ports: Vec<u16>,
     children: Vec<Option<Child>>,
+    /// The `[[api_keys]]` tables every node's configuration holds.
+    keys_toml: String,
+    /// Where the certificates are (`certs::write_pki`'s layout), when TLS is on.
+    tls_dir: Option<PathBuf>,
+}
+
+/// The API keys of [`ProcessCluster::start`]: the operator, tenant acme and tenant ghost.
+pub fn default_keys_toml() -> String {
+    format!(
+        "[[api_keys]]\nkey = \"{OPERATOR_KEY}\"\noperator = true\n\
+         [[api_keys]]\nkey = \"{TENANT_KEY}\"\ntenant = \"{TENANT}\"\n\
+         [[api_keys]]\nkey = \"{GHOST_KEY}\"\ntenant = \"ghost\"\n"
+    )
 }
 
 fn free_port() -> u16 {
@@ -33,6 +48,12 @@ fn free_port() -> u16 {
 impl ProcessCluster {
     /// Starts `n` nodes (not yet forming a cluster).
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, default_keys_toml(), None)
+    }
+
+    /// Starts `n` nodes with `keys_toml` as their API keys and, with `tls_dir`, TLS on
+    /// with the certificates there (`certs::write_pki`).
+    pub fn start_with(n: usize, keys_toml: String, tls_dir: Option<PathBuf>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let metrics_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
@@ -41,6 +62,8 @@ impl ProcessCluster {
             ports,
             metrics_ports,
             children: (0..n).map(|_| None).collect(),
+            keys_toml,
+            tls_dir,
         };
         for i in 0..n {
             cluster.write_config(i);
@@ -53,6 +76,55 @@ impl ProcessCluster {
         self.dir.path().join(format!("node{}.toml", i + 1))
     }
 
+    /// The folder of the nodes' data, configurations and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Node `i`'s log so far.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("node{}.log", i + 1)))
+            .unwrap_or_default()
+    }
+
+    /// Rewrites every node's configuration with `keys_toml` as its API keys (in force
+    /// at the next start or SIGHUP).
+    pub fn set_keys(&mut self, keys_toml: String) {
+        self.keys_toml = keys_toml;
+        for i in 0..self.ports.len() {
+            self.write_config(i);
+        }
+    }
+
+    /// Sends SIGHUP to node `i`.
+    pub fn hangup(&self, i: usize) {
+        let pid = self.children[i].as_ref().expect("node running").id();
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -HUP {pid}");
+    }
+
+    /// The TLS options of a client trusting the test CA, without a client certificate;
+    /// `None` when TLS is off.
+    pub fn tls_options(&self) -> Option<TlsOptions> {
+        let dir = self.tls_dir.as_ref()?;
+        Some(TlsOptions::from_files(&dir.join("ca.pem"), None, None).expect("read the CA"))
+    }
+
+    fn tls_toml(&self, i: usize) -> String {
+        let Some(dir) = &self.tls_dir else {
+            return String::new();
+        };
+        format!(
+            "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n",
+            dir.join(format!("node{}.pem", i + 1)).display().to_string(),
+            dir.join(format!("node{}.key", i + 1)).display().to_string(),
+            dir.join("ca.pem").display().to_string(),
+        )
+    }
+
     fn write_config(&self, i: usize) {
         let text = format!(
             r#"
@@ -61,15 +133,8 @@ listen_addr = "127.0.0.1:{port}"
 metrics_listen_addr = "127.0.0.1:{metrics_port}"
 data_dir = "{data}"
 cluster_secret = "{SECRET}"
-[[api_keys]]
-key = "{OPERATOR_KEY}"
-operator = true
-[[api_keys]]
-key = "{TENANT_KEY}"
-tenant = "{TENANT}"
-[[api_keys]]
-key = "{GHOST_KEY}"
-tenant = "ghost"
+{keys}
+{tls}
 [raft]
 heartbeat_interval_ms = 50
 election_timeout_min_ms = 300
@@ -83,6 +148,8 @@ interval_ms = 100
             port = self.ports[i],
             metrics_port = self.metrics_ports[i],
             data = self.dir.path().join(format!("node{}", i + 1)).display(),
+            keys = self.keys_toml,
+            tls = self.tls_toml(i),
         );
         std::fs::write(self.config_path(i), text).expect("write config");
     }
@@ -136,12 +203,26 @@ interval_ms = 100
             attempt_timeout_ms: 3_000,
             ..RetryPolicy::default()
         };
-        LedgerClient::with_retry(self.endpoints(), key, retry).expect("client")
+        LedgerClient::with_tls(
+            self.endpoints(),
+            key,
+            retry,
+            OverloadPolicy::default(),
+            self.tls_options(),
+        )
+        .expect("client")
     }
 
     /// A client of node `i` alone.
     pub fn client_of(&self, i: usize, key: &str) -> LedgerClient {
-        LedgerClient::new(vec![self.endpoints()[i].clone()], key).expect("client")
+        LedgerClient::with_tls(
+            vec![self.endpoints()[i].clone()],
+            key,
+            RetryPolicy::default(),
+            OverloadPolicy::default(),
+            self.tls_options(),
+        )
+        .expect("client")
     }
 
     /// Forms the cluster of all nodes, waits for a leader, registers the tenant and its

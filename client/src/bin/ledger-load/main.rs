@@ -12,6 +12,7 @@
 //! Failed calls are counted in two kinds: back-pressure (the node answered
 //! `RESOURCE_EXHAUSTED`: too many commands waiting) and every other failure.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod report;
 
 use clap::{Parser, ValueEnum};
-use ledger_client::{ClientError, LedgerClient, OverloadPolicy, RetryPolicy};
+use ledger_client::{ClientError, LedgerClient, OverloadPolicy, RetryPolicy, TlsOptions};
 use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Report, ToolRef};
 use report::{Failure, Preloaded, Samples, Summary};
 
@@ -68,6 +69,20 @@ struct Options {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// Reach the nodes over TLS, trusting this CA (PEM).
+    #[arg(long, env = "LEDGER_CA_CERT", value_name = "PEM")]
+    ca_cert: Option<PathBuf>,
+    /// A client certificate (PEM) to present; needs `--client-key` and `--ca-cert`.
+    #[arg(long, env = "LEDGER_CLIENT_CERT", value_name = "PEM", requires_all = ["client_key", "ca_cert"])]
+    client_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(
+        long,
+        env = "LEDGER_CLIENT_KEY",
+        value_name = "PEM",
+        requires = "client_cert"
+    )]
+    client_key: Option<PathBuf>,
 }
 
 /// How the results are printed.
@@ -200,7 +215,13 @@ async fn run(o: Options) -> Result<(), String> {
         wait_ms_max: o.overload_wait_ms,
         ..OverloadPolicy::default()
     };
-    let client = LedgerClient::with_policies(o.endpoints.clone(), &o.api_key, retry, overload)
+    let tls = o
+        .ca_cert
+        .as_deref()
+        .map(|ca| TlsOptions::from_files(ca, o.client_cert.as_deref(), o.client_key.as_deref()))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let client = LedgerClient::with_tls(o.endpoints.clone(), &o.api_key, retry, overload, tls)
         .map_err(|e| e.to_string())?;
     client.find_leader().await;
     let run_id = SystemTime::now()

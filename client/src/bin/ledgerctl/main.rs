@@ -14,6 +14,9 @@
 //! ```
 //! `ledgerctl help <command>` or `<command> --help` says more. Endpoints come from
 //! `--endpoints` or `$LEDGER_ENDPOINTS`, the key from `--api-key` or `$LEDGER_API_KEY`.
+//! With `--ca-cert` (`$LEDGER_CA_CERT`) the nodes are reached over TLS and their
+//! certificates checked against that CA; `--client-cert` and `--client-key` present a
+//! client certificate.
 //! The older spellings `add-learner`, `change-membership`, `put-tenant`, `put-tool` and
 //! `apply-policies` still work.
 //!
@@ -35,7 +38,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{CommandFactory, Parser};
 
-use ledger_client::{LedgerClient, RetryPolicy};
+use ledger_client::{LedgerClient, OverloadPolicy, RetryPolicy, TlsOptions};
 use ledger_core::EffectKey;
 
 use cli::{Cli, Command, Global, Shell, Voters};
@@ -107,8 +110,30 @@ fn connect(global: &Global) -> Result<LedgerClient, Failure> {
         return Err(Failure::no_endpoints());
     }
     let api_key = global.api_key.as_deref().ok_or_else(Failure::no_api_key)?;
-    let client = LedgerClient::with_retry(endpoints.clone(), api_key, RetryPolicy::default())
-        .map_err(|e| Failure::new(format!("cannot build a client: {e}")))?;
+    let tls = match &global.ca_cert {
+        Some(ca) => Some(
+            TlsOptions::from_files(
+                ca,
+                global.client_cert.as_deref(),
+                global.client_key.as_deref(),
+            )
+            .map_err(|e| Failure::new(format!("TLS: {e}")))?,
+        ),
+        None if global.client_cert.is_some() || global.client_key.is_some() => {
+            return Err(Failure::new(
+                "--client-cert and --client-key need --ca-cert (or LEDGER_CA_CERT)",
+            ));
+        }
+        None => None,
+    };
+    let client = LedgerClient::with_tls(
+        endpoints.clone(),
+        api_key,
+        RetryPolicy::default(),
+        OverloadPolicy::default(),
+        tls,
+    )
+    .map_err(|e| Failure::new(format!("cannot build a client: {e}")))?;
     if let Some(i) = global.endpoint {
         let addr = endpoints.get(i).ok_or_else(|| {
             Failure::new(format!(

@@ -61,6 +61,33 @@ pub struct Global {
     /// forward to the leader.
     #[arg(long, global = true, value_name = "INDEX")]
     pub endpoint: Option<usize>,
+    /// Reach the nodes over TLS, trusting this CA (PEM).
+    #[arg(
+        long,
+        env = "LEDGER_CA_CERT",
+        global = true,
+        hide_env_values = true,
+        value_name = "PEM"
+    )]
+    pub ca_cert: Option<PathBuf>,
+    /// A client certificate to present (PEM; with --client-key).
+    #[arg(
+        long,
+        env = "LEDGER_CLIENT_CERT",
+        global = true,
+        hide_env_values = true,
+        value_name = "PEM"
+    )]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "LEDGER_CLIENT_KEY",
+        global = true,
+        hide_env_values = true,
+        value_name = "PEM"
+    )]
+    pub client_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,0 +1,134 @@
+//! The configuration's parsing, defaults and refusals.
+
+use super::*;
+
+const MINIMAL: &str = r#"
+    node_id = 1
+    listen_addr = "127.0.0.1:7001"
+    data_dir = "/tmp/ledger-1"
+    cluster_secret = "0123456789abcdef"
+    [[api_keys]]
+    key = "tenant-acme-key-0001"
+    tenant = "acme"
+    [[api_keys]]
+    key = "operator-key-00001"
+    operator = true
+"#;
+
+#[test]
+fn minimal_config_gets_defaults_and_maps_keys() {
+    let c = NodeConfig::from_toml(MINIMAL, Path::new("x.toml")).unwrap();
+    assert_eq!(c.storage, StorageKind::Rocksdb);
+    assert_eq!(c.raft.heartbeat_interval_ms, 100);
+    assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
+    assert_eq!(c.proposer.admitted_calls_max, 1_024);
+    assert_eq!(c.proposer.overloaded_retry_after_ms, 100);
+    assert_eq!(
+        c.caller_for("tenant-acme-key-0001"),
+        Some(Caller::Tenant("acme".into()))
+    );
+    assert_eq!(c.caller_for("operator-key-00001"), Some(Caller::Operator));
+    assert_eq!(c.caller_for("nope"), None);
+}
+
+#[test]
+fn bad_configs_are_typed_errors() {
+    for bad in [
+        MINIMAL.replace("node_id = 1", "node_id = \"one\""),
+        MINIMAL.replace("0123456789abcdef", "short"),
+        MINIMAL.replace("tenant = \"acme\"", "tenant = \"acme\"\noperator = true"),
+        format!("{MINIMAL}\n[raft]\nelection_timeout_min_ms = 50"),
+        format!("{MINIMAL}\nunknown_field = 3"),
+        MINIMAL.replace("node_id = 1", "node_id = 1\nclock_skew_ms_max = 3600000"),
+        format!("{MINIMAL}\n[raft]\nappend_timeout_ms = 10"),
+        format!("{MINIMAL}\n[proposer]\nadmitted_calls_max = 0"),
+        format!("{MINIMAL}\n[proposer]\nadmitted_bytes_max = 1024"),
+        format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 0"),
+        format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 600000"),
+    ] {
+        assert!(
+            NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn a_key_given_as_its_sha256_authenticates_the_key_and_nothing_else() {
+    let hex: String = Sha256::digest(b"operator-key-00001")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let text = MINIMAL.replace(
+        "key = \"operator-key-00001\"",
+        &format!("key_sha256 = \"{hex}\""),
+    );
+    let c = NodeConfig::from_toml(&text, Path::new("x.toml")).unwrap();
+    assert_eq!(c.caller_for("operator-key-00001"), Some(Caller::Operator));
+    assert_eq!(c.caller_for(&hex), None, "the digest is not the key");
+    assert_eq!(c.caller_for("operator-key-00002"), None);
+}
+
+#[test]
+fn secrets_are_read_from_their_files() {
+    let dir = std::env::temp_dir().join(format!("ledger-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("cluster");
+    let key = dir.join("tenant");
+    std::fs::write(&secret, "from-a-file-secret-0001\n").unwrap();
+    std::fs::write(&key, "tenant-key-from-a-file-01\n").unwrap();
+    let text = MINIMAL
+        .replace(
+            "cluster_secret = \"0123456789abcdef\"",
+            &format!("cluster_secret_file = {:?}", secret.display().to_string()),
+        )
+        .replace(
+            "key = \"tenant-acme-key-0001\"",
+            &format!("key_file = {:?}", key.display().to_string()),
+        );
+    let c = NodeConfig::from_toml(&text, Path::new("x.toml")).unwrap();
+    assert_eq!(c.cluster_secret, "from-a-file-secret-0001");
+    assert_eq!(
+        c.caller_for("tenant-key-from-a-file-01"),
+        Some(Caller::Tenant("acme".into()))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_tls_table_names_its_files() {
+    let text = format!(
+        "{MINIMAL}\n[tls]\ncert_file = \"n.pem\"\nkey_file = \"n.key\"\nclient_ca_file = \"ca.pem\"\n"
+    );
+    let c = NodeConfig::from_toml(&text, Path::new("x.toml")).unwrap();
+    let tls = c.tls.expect("tls");
+    assert_eq!(tls.client_ca_file, PathBuf::from("ca.pem"));
+    assert!(!tls.require_client_cert);
+}
+
+#[test]
+fn ambiguous_or_malformed_secrets_are_refused() {
+    for bad in [
+        MINIMAL.replace(
+            "key = \"operator-key-00001\"",
+            "key = \"operator-key-00001\"\nkey_sha256 = \"00\"",
+        ),
+        MINIMAL.replace("key = \"operator-key-00001\"", "key_sha256 = \"xyz\""),
+        MINIMAL.replace("key = \"operator-key-00001\"", "operator = true"),
+        MINIMAL.replace("key = \"operator-key-00001\"", "key = \"short\""),
+        MINIMAL.replace(
+            "cluster_secret = \"0123456789abcdef\"",
+            "cluster_secret = \"0123456789abcdef\"\ncluster_secret_file = \"/nonexistent\"",
+        ),
+        MINIMAL.replace(
+            "cluster_secret = \"0123456789abcdef\"",
+            "cluster_secret_file = \"/nonexistent/secret\"",
+        ),
+        format!("{MINIMAL}\n[tls]\ncert_file = \"n.pem\"\nkey_file = \"n.key\"\n"),
+    ] {
+        assert!(
+            NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),
+            "{bad}"
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! TLS on the real network (never in the simulation): the listener's server side with
+//! optional or required client certificates, and the client side a node dials its peers
+//! with, presenting its own certificate.
+//!
+//! Certificates, key and client CA are read from their files at start and again at
+//! SIGHUP ([`NodeTls::reload`]). A reload builds everything anew first and puts it in
+//! force only when all of it is valid; otherwise the certificates in force stay and the
+//! reason is returned. Connections accepted later use the new certificate, connections
+//! already open keep theirs, and the node's own connections to peers are made anew
+//! (each holder of cached channels compares [`NodeTls::generation`]).
+//!
+//! Every handshake runs in a task of its own with a deadline, so a caller that opens a
+//! connection and sends nothing holds up no one else's.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::Stream;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+use crate::config::TlsSettings;
+
+/// Longest a TLS handshake on the listener may take.
+const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// Accepted connections waiting for the server to take them up.
+const ACCEPTED_QUEUE: usize = 128;
+
+/// Why certificates could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsError(String);
+
+/// One load of the files.
+struct Loaded {
+    server: Arc<rustls::ServerConfig>,
+    peer_client: ClientTlsConfig,
+    summary: String,
+}
+
+/// The node's TLS material in force, replaced whole at reload.
+pub struct NodeTls {
+    current: RwLock<Arc<Loaded>>,
+    generation: AtomicU64,
+}
+
+impl NodeTls {
+    /// Reads and checks the files `settings` names.
+    pub fn load(settings: &TlsSettings) -> Result<Self, TlsError> {
+        let loaded = Loaded::read(settings)?;
+        tracing::info!("TLS on: {}", loaded.summary);
+        Ok(NodeTls {
+            current: RwLock::new(Arc::new(loaded)),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// Reads the files again and puts them in force; on any error the material in force
+    /// stays and the error says why. Returns what was loaded.
+    pub fn reload(&self, settings: &TlsSettings) -> Result<String, TlsError> {
+        let loaded = Loaded::read(settings)?;
+        let summary = loaded.summary.clone();
+        *self.current.write().expect("tls lock") = Arc::new(loaded);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        Ok(summary)
+    }
+
+    /// Counts reloads: cached connections to peers made before the last one are
+    /// replaced.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The acceptor for the next connection.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.current.read().expect("tls lock").server.clone())
+    }
+
+    /// An endpoint to the peer at `addr` (`host:port`) over TLS, presenting this node's
+    /// certificate and trusting the client CA's.
+    pub fn peer_endpoint(&self, addr: &str) -> Result<Endpoint, String> {
+        let tls = self.current.read().expect("tls lock").peer_client.clone();
+        Endpoint::from_shared(format!("https://{addr}"))
+            .map_err(|e| format!("bad peer address {addr}: {e}"))?
+            .tls_config(tls)
+            .map_err(|e| format!("TLS towards {addr}: {e}"))
+    }
+}
+
+impl Loaded {
+    fn read(settings: &TlsSettings) -> Result<Self, TlsError> {
+        let cert_pem = read(&settings.cert_file)?;
+        let key_pem = read(&settings.key_file)?;
+        let ca_pem = read(&settings.client_ca_file)?;
+        let chain = certificates(&cert_pem, &settings.cert_file)?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+            TlsError(format!(
+                "{}: no private key in PEM: {e}",
+                settings.key_file.display()
+            ))
+        })?;
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in certificates(&ca_pem, &settings.client_ca_file)? {
+            roots.add(ca).map_err(|e| {
+                TlsError(format!(
+                    "{}: not a CA certificate: {e}",
+                    settings.client_ca_file.display()
+                ))
+            })?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.into(),
+            provider.clone(),
+        );
+        let verifier = if settings.require_client_cert {
+            verifier
+        } else {
+            verifier.allow_unauthenticated()
+        }
+        .build()
+        .map_err(|e| TlsError(format!("client CA: {e}")))?;
+        let fingerprint = hex(&Sha256::digest(&chain[0]));
+        let mut server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(|e| {
+                TlsError(format!(
+                    "{} with {}: {e}",
+                    settings.cert_file.display(),
+                    settings.key_file.display()
+                ))
+            })?;
+        server.alpn_protocols = vec![b"h2".to_vec()];
+        let peer_client = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&ca_pem))
+            .identity(Identity::from_pem(&cert_pem, &key_pem));
+        // Built once here so that a bad file is found at load, not at the first dial.
+        Endpoint::from_static("https://localhost")
+            .tls_config(peer_client.clone())
+            .map_err(|e| TlsError(format!("client side of TLS: {e}")))?;
+        let summary = format!(
+            "certificate {} (SHA-256 {fingerprint}), key {}, client CA {}, client \
+             certificates {}",
+            settings.cert_file.display(),
+            settings.key_file.display(),
+            settings.client_ca_file.display(),
+            if settings.require_client_cert {
+                "required"
+            } else {
+                "optional (required by the Raft service)"
+            }
+        );
+        Ok(Loaded {
+            server: Arc::new(server),
+            peer_client,
+            summary,
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError(format!("cannot read {}: {e}", path.display())))
+}
+
+fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError(format!("{}: bad PEM: {e}", path.display())))?;
+    if chain.is_empty() {
+        return Err(TlsError(format!(
+            "{}: no certificate in PEM",
+            path.display()
+        )));
+    }
+    Ok(chain)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The connections accepted on `listener` that completed a TLS handshake with the
+/// material in force when they arrived. Ends when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Arc<NodeTls>,
+) -> impl Stream<Item = Result<TlsStream<TcpStream>, io::Error>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors and the like: wait instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = tls.acceptor();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let deadline = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
+                match tokio::time::timeout(deadline, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => log_refused(peer, &e),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|accepted| (accepted, rx))
+    })
+}
+
+/// A refused handshake is worth a line (a certificate from another CA, an expired one);
+/// a connection closed before its handshake (a TCP probe) is not.
+fn log_refused(peer: SocketAddr, e: &io::Error) {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        tracing::debug!(%peer, "connection closed before its TLS handshake");
+    } else {
+        tracing::info!(%peer, "TLS handshake refused: {e}");
+    }
+}
