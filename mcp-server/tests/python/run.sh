@@ -19,6 +19,10 @@ TIMEOUT_S=${MCP_PY_TIMEOUT_S:-600}
 
 bash deploy/prereqs.sh
 cargo build --locked -p ledger-mcp-example -p ledger-node -p ledger-client --bins
+# The binaries just built, wherever cargo put them.
+built=${CARGO_TARGET_DIR:-target}/debug
+[[ $built = /* ]] || built=$PWD/$built
+export LEDGER_BIN_DIR=${LEDGER_BIN_DIR:-$built}
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
   echo "$PYTHON is older than 3.10; the MCP SDK needs 3.10 or later (set PYTHON)" >&2
