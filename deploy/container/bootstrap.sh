@@ -5,8 +5,8 @@
 #
 #   LEDGER_ENDPOINTS  every node, host:port,...; the first one is asked to initialize
 #   LEDGER_API_KEY    the operator key
-#   LEDGER_MEMBERS    the first membership, "1=host:port 2=host:port 3=host:port", each
-#                     address the one the node advertises
+#   LEDGER_MEMBERS    the first membership, "1=host:port 2=host:port 3=host:port": the
+#                     addresses peers and clients dial, kept in the membership
 #   POLICY_FILES      policy files to apply once a leader is known (optional, space-separated)
 #   TIMEOUT_MS        how long to wait for every node to answer, then for a leader
 #                     (default 300000)
@@ -19,11 +19,12 @@ timeout_ms=${TIMEOUT_MS:-300000}
 
 echo "== waiting for every node to answer ($LEDGER_ENDPOINTS)"
 ledgerctl wait-ready --timeout-ms "$timeout_ms"
-status=$(ledgerctl status)
-echo "$status"
-if grep -q 'leader=Some' <<<"$status"; then
+ledgerctl status
+# One JSON document: {"nodes":[{..., "leader_id":N|null, "last_log_index":N|null}, ...]}.
+status=$(ledgerctl --output json status)
+if grep -q '"leader_id":[0-9]' <<<"$status"; then
   echo "== a leader is known: the cluster exists, nothing to initialize"
-elif grep -q 'last_log=Some' <<<"$status"; then
+elif grep -q '"last_log_index":[0-9]' <<<"$status"; then
   echo "== a node holds a Raft log: the cluster exists and is electing a leader"
 else
   echo "== no node holds a log: forming the cluster $LEDGER_MEMBERS"
@@ -33,6 +34,6 @@ else
 fi
 ledgerctl wait-leader --timeout-ms "$timeout_ms"
 for file in ${POLICY_FILES:-}; do
-  ledgerctl apply-policies "$file"
+  ledgerctl policy apply "$file"
 done
 ledgerctl status
