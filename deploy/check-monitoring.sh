@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Checks deploy/monitoring: the alert rules parse and pass their unit tests
-# (alerts_test.yml), the Prometheus configuration parses, the Grafana dashboard is JSON,
-# and every metric the rules and the dashboard name is one a node exports (a name
-# defined in node/src or raft-store/src). Installs promtool (Debian's prometheus
-# package, without starting it) when missing.
+# (alerts_test.yml), the Prometheus configurations (local and compose) parse, the Grafana
+# dashboard is JSON, and every metric the rules and the dashboard name is one a node
+# exports (a name defined in node/src or raft-store/src). Installs promtool (Debian's
+# prometheus package, without starting it) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=deploy/monitoring
@@ -16,6 +16,8 @@ fi
 promtool check rules "$dir/alerts.yml"
 promtool test rules "$dir/alerts_test.yml"
 promtool check config "$dir/prometheus.yml"
+# The compose one names its rule file by its path inside the container.
+promtool check config --syntax-only deploy/compose/prometheus.yml
 
 python3 - "$dir" <<'PY'
 import json, pathlib, re, sys
