@@ -40,9 +40,6 @@ pub enum ConfigError {
     /// The text is not a configuration.
     #[error("invalid configuration: {0}")]
     Invalid(String),
-    /// A flag is unknown or lacks its value.
-    #[error("{0}")]
-    Flag(String),
 }
 
 /// A tenant this server acts for.
@@ -174,37 +171,21 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// Loads `--config <file>` and applies `--listen ip:port` and `--instance name`.
-    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Self, ConfigError> {
-        let mut args = args.into_iter();
-        let (mut path, mut listen, mut instance) = (None, None, None);
-        while let Some(flag) = args.next() {
-            let value = args
-                .next()
-                .ok_or_else(|| ConfigError::Flag(format!("{flag} needs a value")))?;
-            match flag.as_str() {
-                "--config" => path = Some(PathBuf::from(value)),
-                "--listen" => listen = Some(value),
-                "--instance" => instance = Some(value),
-                other => {
-                    return Err(ConfigError::Flag(format!(
-                        "unknown flag {other}; usage: ledger-mcp-server --config <file> \
-                         [--listen ip:port] [--instance name]"
-                    )))
-                }
-            }
-        }
-        let path = path.ok_or_else(|| ConfigError::Flag("--config <file> is required".into()))?;
-        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Read {
-            path: path.clone(),
+    /// Loads the configuration file at `path` and applies what the command line
+    /// overrides: the listen address and the instance name.
+    pub fn load(
+        path: &Path,
+        listen: Option<SocketAddr>,
+        instance: Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_owned(),
             message: e.to_string(),
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut config = Self::from_toml(&text, dir)?;
         if let Some(listen) = listen {
-            config.listen_addr = listen
-                .parse()
-                .map_err(|_| ConfigError::Flag(format!("--listen {listen} is not ip:port")))?;
+            config.listen_addr = listen;
         }
         if let Some(instance) = instance {
             config.instance = instance;

@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
+use clap::Parser;
 use http::Method;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::{json, Value};
@@ -20,39 +21,40 @@ use ledger_mcp_example::fake::counts;
 use ledger_mcp_example::http::send_json;
 use ledger_mcp_example::proxy::LossyProxy;
 
+/// The agent side of deploy/mcp-demo.sh: a lossy proxy in front of two tool-server
+/// instances, a refund and a confirmed message whose answers get lost, and the
+/// providers' own state at the end (exit status 1 if it holds any effect twice).
+#[derive(Debug, Parser)]
+#[command(name = "mcp-demo-agent", version)]
 struct Options {
+    /// Where the lossy proxy listens (a Unix socket).
+    #[arg(long, value_name = "PATH")]
     socket: PathBuf,
-    servers: BTreeMap<String, String>,
+    /// A tool-server instance, NAME=HOST:PORT; give exactly two.
+    #[arg(long = "server", value_name = "NAME=HOST:PORT", value_parser = server, num_args = 1, required = true)]
+    servers: Vec<(String, String)>,
+    /// The agent's bearer token.
+    #[arg(long)]
     token: String,
+    /// The fake providers, HOST:PORT, whose state is shown.
+    #[arg(long, value_name = "HOST:PORT")]
     providers: String,
 }
 
-fn options() -> anyhow::Result<Options> {
-    let (mut socket, mut token, mut providers) = (None, None, None);
-    let mut servers = BTreeMap::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--socket" => socket = Some(PathBuf::from(value)),
-            "--token" => token = Some(value),
-            "--providers" => providers = Some(value),
-            "--server" => {
-                let (name, addr) = value.split_once('=').context("--server NAME=HOST:PORT")?;
-                servers.insert(name.to_owned(), addr.to_owned());
-            }
-            other => bail!("unknown flag {other}"),
-        }
-    }
+fn server(value: &str) -> Result<(String, String), String> {
+    value
+        .split_once('=')
+        .map(|(name, addr)| (name.to_owned(), addr.to_owned()))
+        .ok_or_else(|| format!("{value} is not NAME=HOST:PORT"))
+}
+
+fn options() -> anyhow::Result<(Options, BTreeMap<String, String>)> {
+    let options = Options::parse();
+    let servers: BTreeMap<String, String> = options.servers.iter().cloned().collect();
     if servers.len() != 2 {
         bail!("give exactly two --server NAME=HOST:PORT");
     }
-    Ok(Options {
-        socket: socket.context("--socket is required")?,
-        servers,
-        token: token.context("--token is required")?,
-        providers: providers.context("--providers is required")?,
-    })
+    Ok((options, servers))
 }
 
 struct Demo {
@@ -154,11 +156,11 @@ async fn message(demo: &Demo) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let o = options()?;
+    let (o, servers) = options()?;
     let _ = std::fs::remove_file(&o.socket);
     let demo = Demo {
-        proxy: LossyProxy::start(&o.socket, o.servers.clone())?,
-        names: o.servers.keys().cloned().collect(),
+        proxy: LossyProxy::start(&o.socket, servers.clone())?,
+        names: servers.keys().cloned().collect(),
         token: o.token,
         providers: o.providers,
     };
