@@ -26,46 +26,36 @@ mod cli {
     use std::process::ExitCode;
     use std::time::Instant;
 
+    use clap::Parser;
+
     use ledger_sim_tests::actors::Strategy;
     use ledger_sim_tests::bench::driver::{machine, run_all};
     use ledger_sim_tests::bench::report::{self, Provenance};
     use ledger_sim_tests::bench::{opcount, run_seed};
 
+    /// The effect-safety benchmark over many seeds.
+    #[derive(Debug, Parser)]
+    #[command(name = "effect-bench", version)]
     struct Args {
+        /// How many seeds.
+        #[arg(long, default_value_t = 20)]
         seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 1)]
         start: u64,
+        /// Runs at once.
+        #[arg(long, default_value_t = 2)]
         jobs: usize,
+        /// The strategies to run, comma-separated (every one by default).
+        #[arg(long, value_delimiter = ',', value_parser = strategy, value_name = "NAME,...")]
         strategies: Vec<Strategy>,
+        /// Where the table (markdown, CSV, JSON) is written.
+        #[arg(long, default_value = "sim-tests/results", value_name = "DIR")]
         out: PathBuf,
     }
 
-    fn parse() -> Result<Args, String> {
-        let mut args = Args {
-            seeds: 20,
-            start: 1,
-            jobs: 2,
-            strategies: Strategy::ALL.to_vec(),
-            out: PathBuf::from("sim-tests/results"),
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-            let number = |v: String| v.parse::<u64>().map_err(|e| format!("{v}: {e}"));
-            match flag.as_str() {
-                "--seeds" => args.seeds = number(value()?)?,
-                "--start" => args.start = number(value()?)?,
-                "--jobs" => args.jobs = number(value()?)? as usize,
-                "--out" => args.out = PathBuf::from(value()?),
-                "--strategies" => {
-                    args.strategies = value()?
-                        .split(',')
-                        .map(|s| Strategy::parse(s).ok_or(format!("no strategy {s}")))
-                        .collect::<Result<_, _>>()?;
-                }
-                other => return Err(format!("unknown argument {other}")),
-            }
-        }
-        Ok(args)
+    fn strategy(name: &str) -> Result<Strategy, String> {
+        Strategy::parse(name).ok_or(format!("no strategy {name}"))
     }
 
     fn replay(seed: u64, strategy: Strategy) -> String {
@@ -78,13 +68,10 @@ mod cli {
     }
 
     pub fn main() -> ExitCode {
-        let args = match parse() {
-            Ok(args) => args,
-            Err(e) => {
-                eprintln!("effect-bench: {e}");
-                return ExitCode::from(2);
-            }
-        };
+        let mut args = Args::parse();
+        if args.strategies.is_empty() {
+            args.strategies = Strategy::ALL.to_vec();
+        }
         opcount::install();
         let seeds: Vec<u64> = (args.start..args.start + args.seeds).collect();
         let jobs: Vec<(u64, Strategy)> = seeds

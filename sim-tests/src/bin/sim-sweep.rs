@@ -32,6 +32,7 @@ mod cli {
     use std::process::{Command, ExitCode, Stdio};
     use std::time::Instant;
 
+    use clap::Parser;
     use serde_json::{json, Value};
 
     use ledger_sim_tests::bench::driver::{machine, run_all};
@@ -42,49 +43,29 @@ mod cli {
     /// Seeds per worker process.
     pub const CHUNK: u64 = 500;
 
+    /// The randomized simulation over many seeds, a few at a time.
+    #[derive(Debug, Parser)]
+    #[command(name = "sim-sweep", version)]
     struct Args {
+        /// How many seeds.
+        #[arg(long, default_value_t = 100)]
         seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 1)]
         start: u64,
+        /// Worker processes at once.
+        #[arg(long, default_value_t = 2)]
         jobs: usize,
+        /// Where the summary (markdown and JSON) is written.
+        #[arg(long, default_value = "sim-tests/results", value_name = "DIR")]
         out: PathBuf,
+        /// Run the seeds in this process, one JSON line each (what the sweep starts).
+        #[arg(long, hide = true)]
         worker: bool,
     }
 
-    fn parse() -> Result<Args, String> {
-        let mut args = Args {
-            seeds: 100,
-            start: 1,
-            jobs: 2,
-            out: PathBuf::from("sim-tests/results"),
-            worker: false,
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            if flag == "--worker" {
-                args.worker = true;
-                continue;
-            }
-            let value = it.next().ok_or(format!("{flag} needs a value"))?;
-            let number = || value.parse::<u64>().map_err(|e| format!("{value}: {e}"));
-            match flag.as_str() {
-                "--seeds" => args.seeds = number()?,
-                "--start" => args.start = number()?,
-                "--jobs" => args.jobs = number()? as usize,
-                "--out" => args.out = PathBuf::from(&value),
-                other => return Err(format!("unknown argument {other}")),
-            }
-        }
-        Ok(args)
-    }
-
     pub fn main() -> ExitCode {
-        let args = match parse() {
-            Ok(args) => args,
-            Err(e) => {
-                eprintln!("sim-sweep: {e}");
-                return ExitCode::from(2);
-            }
-        };
+        let args = Args::parse();
         ledger_sim_tests::init_logging();
         if args.worker {
             worker(&args);
