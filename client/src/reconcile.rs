@@ -7,8 +7,9 @@
 //! escalates to a person when its observation budget (`observations_max` in the tool's
 //! policy) is spent.
 //!
-//! An adapter only says what it saw; whether "not found" proves anything is decided here
-//! and, as a backstop, by the ledger (design §7). It proves absence only once no earlier
+//! An adapter only says what it saw; whether "not found" proves anything is decided by the
+//! runner (`EffectRunner::reconcile`, in `effect`) and, as a backstop, by the ledger
+//! (design §7). It proves absence only once no earlier
 //! dispatch can still land: after the latest dispatch's lease end plus the provider's
 //! declared processing bound plus its search-visibility lag (`processing_ms_max` and
 //! `visibility_lag_ms` in the tool's policy). Until then the runner waits, within the
@@ -18,15 +19,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
 
-use ledger_core::{
-    EffectKey, EffectRecord, EffectState, EscalationReason, ExpiredEffect, ObservationResult,
-    ReconcileOutcome,
-};
-
-use crate::effect::{ids, EffectRunner};
-use crate::error::ClientError;
+use ledger_core::{EffectRecord, EffectState, EscalationReason, ExpiredEffect};
 
 /// A boxed future, so adapters can be used as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -134,132 +128,3 @@ impl Reconciled {
         }
     }
 }
-
-impl EffectRunner {
-    /// Reconciles the unknown effect `key` through `adapter`, in at most
-    /// `options.rounds_max` observations.
-    pub async fn reconcile(
-        &self,
-        key: &EffectKey,
-        adapter: &dyn ProviderAdapter,
-        options: &ReconcileOptions,
-    ) -> Result<Reconciled, ClientError> {
-        let mut answer = Reconciled::StillUnknown;
-        for round in 0..options.rounds_max {
-            if round > 0 {
-                tokio::time::sleep(Duration::from_millis(options.round_interval_ms)).await;
-            }
-            answer = self.reconcile_once(key, adapter, options).await?;
-            if !matches!(answer, Reconciled::StillUnknown | Reconciled::InFlight) {
-                break;
-            }
-        }
-        metrics::counter!(RECONCILIATIONS_TOTAL, "result" => answer.label()).increment(1);
-        Ok(answer)
-    }
-
-    async fn reconcile_once(
-        &self,
-        key: &EffectKey,
-        adapter: &dyn ProviderAdapter,
-        options: &ReconcileOptions,
-    ) -> Result<Reconciled, ClientError> {
-        let id = ids::begin_reconcile(key, &self.next_invocation());
-        let asked_at = tokio::time::Instant::now();
-        let lease_ms = options.lease_ms.saturating_add(options.absence_wait_ms_max);
-        let outcome = self
-            .ledger()
-            .begin_reconcile(&id, key.clone(), self.holder(), Some(lease_ms))
-            .await?;
-        let grant = match outcome {
-            ReconcileOutcome::Observe(grant) => grant,
-            ReconcileOutcome::Replay { receipt } => return Ok(Reconciled::Committed { receipt }),
-            ReconcileOutcome::InFlight { .. } => return Ok(Reconciled::InFlight),
-            ReconcileOutcome::Escalated { reason } => return Ok(Reconciled::Escalated { reason }),
-            ReconcileOutcome::NotNeeded {
-                state: EffectState::FailedBeforeEffect,
-            } => return Ok(Reconciled::NotCommitted),
-            ReconcileOutcome::NotNeeded { state } => return Ok(Reconciled::NotNeeded { state }),
-            // Collected after retention: there is nothing left to reconcile here.
-            ReconcileOutcome::Expired(expired) => return Ok(Reconciled::Expired(expired)),
-        };
-        let record =
-            self.ledger().get(key.clone()).await?.ok_or_else(|| {
-                ClientError::Malformed(format!("{key} vanished while reconciling"))
-            })?;
-        let mut seen = adapter.observe(&record).await;
-        if matches!(seen, Observation::NotCommitted { .. }) {
-            let wait = absence_wait(&record, &grant, options);
-            if let Some(until) = wait.map(|w| asked_at + w) {
-                // Too early for "not found" to prove anything: look again once it can.
-                tokio::time::sleep_until(until).await;
-                seen = adapter.observe(&record).await;
-            }
-        }
-        let (result, detail) = match seen {
-            Observation::Committed { receipt, detail } => {
-                (ObservationResult::Committed { receipt }, detail)
-            }
-            Observation::NotCommitted { detail } => (ObservationResult::NotCommitted, detail),
-            Observation::Unknown { detail } => (ObservationResult::StillUnknown, detail),
-        };
-        let id = ids::observe(key, grant.fencing_token);
-        let (state, escalated) = self
-            .ledger()
-            .observe(&id, key.clone(), grant.fencing_token, result, &detail)
-            .await?;
-        Ok(match state {
-            EffectState::Committed => {
-                let receipt = self
-                    .ledger()
-                    .get(key.clone())
-                    .await?
-                    .and_then(|r| r.receipt)
-                    .ok_or_else(|| {
-                        ClientError::Malformed(format!(
-                            "{key} is committed but the ledger returned no receipt"
-                        ))
-                    })?;
-                Reconciled::Committed { receipt }
-            }
-            EffectState::FailedBeforeEffect => Reconciled::NotCommitted,
-            _ if escalated => Reconciled::Escalated {
-                reason: self.escalation_reason(key).await?,
-            },
-            _ => Reconciled::StillUnknown,
-        })
-    }
-
-    async fn escalation_reason(&self, key: &EffectKey) -> Result<EscalationReason, ClientError> {
-        Ok(self
-            .ledger()
-            .get(key.clone())
-            .await?
-            .and_then(|r| r.escalation.map(|e| e.reason))
-            .unwrap_or(EscalationReason::ObservationBudgetSpent))
-    }
-}
-
-/// How long after asking for `grant` to wait before a "not found" can prove absence:
-/// `None` when it already can, when it never can (no declared processing bound), or when
-/// the wait would not fit in this call's budget or in the attempt's certain lease.
-fn absence_wait(
-    record: &EffectRecord,
-    grant: &ledger_core::Grant,
-    options: &ReconcileOptions,
-) -> Option<Duration> {
-    let provable_at_ms = record.absence_provable_at_ms()?;
-    let wait_ms = provable_at_ms.checked_sub(grant.granted_at_ms)?;
-    if wait_ms == 0 {
-        return None;
-    }
-    // Ledger time may run a little faster or slower than this client's clock.
-    let wait_ms = wait_ms + wait_ms / 20 + ABSENCE_MARGIN_MS;
-    let lease_ms = grant.lease_until_ms.saturating_sub(grant.granted_at_ms);
-    let certain_ms = lease_ms.saturating_sub(lease_ms / 3);
-    (wait_ms <= options.absence_wait_ms_max && wait_ms < certain_ms)
-        .then(|| Duration::from_millis(wait_ms))
-}
-
-/// Added to every wait for absence to become provable, against rounding of ledger time.
-const ABSENCE_MARGIN_MS: u64 = 50;

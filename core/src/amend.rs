@@ -16,7 +16,7 @@
 //! late retry of an amend that was applied (after its command id was forgotten and the
 //! effect moved on) is told "done", not "refused".
 
-use crate::claim::{effective_state, touch, validate_declaration};
+use crate::claim::validate_declaration;
 use crate::command::Declaration;
 use crate::intent::{canonicalize, CanonicalIntent};
 use crate::ledger::Ledger;
@@ -24,6 +24,7 @@ use crate::limits::AMENDMENTS_MAX;
 use crate::outcome::{IntentConflict, Outcome, Refusal};
 use crate::record::{Amendment, EffectRecord, EffectState};
 use crate::store::Store;
+use crate::transition::{effective_state, touch};
 
 impl<S: Store> Ledger<S> {
     pub(crate) fn amend(&mut self, decl: &Declaration, now: u64) -> Outcome {

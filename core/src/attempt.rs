@@ -4,7 +4,6 @@
 //! the effect as failed or unknown. A committed report is a fact and is taken from any
 //! attempt of the effect, stale or expired: the provider holds the effect whoever says so.
 
-use crate::claim::touch;
 use crate::command::Report;
 use crate::key::{validate_detail, EffectKey, FieldError};
 use crate::ledger::Ledger;
@@ -13,6 +12,7 @@ use crate::outcome::{Outcome, Refusal};
 use crate::record::{AttemptKind, AttemptOutcome, EffectRecord, EffectState};
 use crate::stamp::Stamp;
 use crate::store::Store;
+use crate::transition::touch;
 
 impl<S: Store> Ledger<S> {
     pub(crate) fn heartbeat(

@@ -51,6 +51,7 @@ pub mod store;
 mod sweep;
 pub mod tenants;
 pub mod tombstone;
+mod transition;
 pub mod usage;
 
 pub use command::{Caller, Command, CommandBody, Declaration, Report};

@@ -11,18 +11,17 @@
 //! what it saw.
 
 use crate::attempt::{check_live, check_receipt, commit, stale};
-use crate::claim::{close_if_expired, effective_state, escalate, grant, touch};
 use crate::key::{validate_detail, validate_name, EffectKey};
 use crate::ledger::Ledger;
 use crate::limits::EARLY_NOT_FOUND_MAX;
 use crate::outcome::{Outcome, ReconcileOutcome, Refusal};
-use crate::policy::ReplayClass;
 use crate::record::{
-    AttemptKind, AttemptOutcome, Decision, EffectRecord, EffectState, EscalationReason,
-    Observation, ObservationResult, OperatorDecision,
+    AttemptKind, AttemptOutcome, Decision, EffectRecord, EffectState, Observation,
+    ObservationResult, OperatorDecision,
 };
 use crate::stamp::Stamp;
 use crate::store::Store;
+use crate::transition::{close_if_expired, count_ambiguous, effective_state, grant, touch};
 
 impl<S: Store> Ledger<S> {
     pub(crate) fn begin_reconcile(
@@ -276,34 +275,4 @@ fn absence(rec: &EffectRecord, now: u64) -> Absence {
 fn settle_not_committed(rec: &mut EffectRecord) {
     rec.ambiguous = false;
     rec.state = EffectState::FailedBeforeEffect;
-}
-
-/// Counts one ambiguous observation; escalates when the budget is spent or an
-/// irreversible tool's horizon may have passed (judged at the latest real time it may be).
-fn count_ambiguous(rec: &mut EffectRecord, at: Stamp) {
-    let now = at.ledger_ms;
-    rec.observations_in_budget += 1;
-    if rec.observations_in_budget >= rec.policy.observations_max {
-        escalate(rec, EscalationReason::ObservationBudgetSpent, now);
-    } else if rec.policy.class == ReplayClass::Irreversible && !rec.within_horizon(at.real_ms_max) {
-        escalate(rec, EscalationReason::HorizonPassedOnIrreversible, now);
-    }
-}
-
-/// Records that a reconciliation attempt ended without an observation (its lease ran
-/// out): an ambiguous observation like any other, so a crashing reconciler cannot keep an
-/// effect unsettled forever.
-pub(crate) fn record_ambiguous_observation(
-    rec: &mut EffectRecord,
-    token: u64,
-    detail: &str,
-    at: Stamp,
-) {
-    rec.observations.push(Observation {
-        at_ms: at.ledger_ms,
-        fencing_token: token,
-        result: ObservationResult::StillUnknown,
-        detail: detail.to_owned(),
-    });
-    count_ambiguous(rec, at);
 }

@@ -11,7 +11,6 @@
 //! [`Tombstone`] for the tenant's `tombstone_retention_ms`, and only a later collection,
 //! past that window, removes the tombstone.
 
-use crate::claim::close_if_expired;
 use crate::index::{self, Collectable};
 use crate::key::{EffectKey, FieldError};
 use crate::keycode;
@@ -22,6 +21,7 @@ use crate::policy::TenantSettings;
 use crate::stamp::Stamp;
 use crate::store::{Store, StoreExt, Table};
 use crate::tombstone::Tombstone;
+use crate::transition::close_if_expired;
 
 impl<S: Store> Ledger<S> {
     pub(crate) fn expire_leases(&mut self, limit: u32, at: Stamp) -> Outcome {

@@ -12,11 +12,11 @@ use ledger_core::{canonicalize, EffectKey, EffectState, Refusal};
 use crate::confirm::Answer;
 use ledger_providers::Search;
 
+use crate::call::{Call, Inner};
 use crate::providers::LookupKind;
 use crate::reply::{
     committed_body, conflict_body, expired_body, failure, finish, refusal, success, Finished,
 };
-use crate::server::{Call, Inner};
 use crate::tools::{DeployArgs, MessageArgs, ToolArgs};
 
 /// Runs the call's effect and answers.

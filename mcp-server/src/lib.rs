@@ -12,7 +12,8 @@
 //! - [`server`]: the MCP handler: checks, tenant, `_meta`, effect key, dispatch to a tool.
 //! - [`meta`]: the `_meta` fields read (`dev.effect-ledger/...`).
 //! - [`tools`]: the five tools, their schemas, hints and intents.
-//! - `effects`: each tool's effect, around the client library.
+//! - `call`: what a checked call runs against; `effects`: each tool's effect, around
+//!   the client library.
 //! - [`confirm`]: the user's confirmation as an `input_required` round trip.
 //! - [`reply`]: outcomes to tool results and MCP errors.
 //! - [`metrics`]: tool calls, effects, confirmations and reconciliations counted.
@@ -24,6 +25,7 @@
 //! - [`http`]: small hyper helpers.
 
 pub mod agent;
+mod call;
 pub mod config;
 pub mod confirm;
 mod effects;

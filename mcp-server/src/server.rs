@@ -9,20 +9,20 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, InputResponses,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig as McpServerConfig,
+    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig as McpServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 
 use ledger_client::policy_file::describe;
 use ledger_client::{
-    effect_key, target_of, ClientError, EffectCall, EffectRunner, LedgerClient, OverloadPolicy,
-    PolicyFile, RetryPolicy, RunOptions, TlsOptions,
+    effect_key, target_of, ClientError, EffectRunner, LedgerClient, OverloadPolicy, PolicyFile,
+    RetryPolicy, RunOptions, TlsOptions,
 };
 use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, ToolRef};
 
+use crate::call::{Call, Inner, Tenant};
 use crate::config::ServerConfig;
 use crate::confirm::Confirmations;
 use crate::meta::LedgerMeta;
@@ -51,21 +51,6 @@ pub enum StartError {
     },
 }
 
-/// A tenant this instance serves.
-pub(crate) struct Tenant {
-    pub name: String,
-    token: String,
-    pub runner: EffectRunner,
-}
-
-pub(crate) struct Inner {
-    pub config: ServerConfig,
-    tenants: Vec<Tenant>,
-    policies: PolicyFile,
-    pub providers: Providers,
-    pub confirmations: Confirmations,
-}
-
 /// One instance's MCP handler; cheap to clone (one per request).
 #[derive(Clone)]
 pub struct ToolServer {
@@ -79,28 +64,6 @@ struct Checked<'a> {
     meta: LedgerMeta,
     args: ToolArgs,
     policy: &'a ToolPolicy,
-}
-
-/// A checked call, ready to run its effect.
-pub(crate) struct Call<'a> {
-    pub server: &'a Inner,
-    pub tenant: &'a Tenant,
-    pub policy: &'a ToolPolicy,
-    pub declaration: Declaration,
-    pub request_state: Option<String>,
-    pub input_responses: Option<InputResponses>,
-    /// The runtime asked to replace the arguments of an effect that cannot have happened.
-    pub amend: bool,
-}
-
-impl Call<'_> {
-    /// The effect call, with the user's confirmation if any.
-    pub fn effect(&self, confirmation: Option<String>) -> EffectCall {
-        EffectCall {
-            declaration: self.declaration.clone(),
-            confirmation,
-        }
-    }
 }
 
 fn invalid(message: impl Into<String>) -> ErrorData {

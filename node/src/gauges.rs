@@ -107,7 +107,7 @@ const ROLES: [(ServerState, &str); 4] = [
 ];
 
 /// Describes the gauges to the installed recorder.
-pub(crate) fn describe() {
+pub fn describe() {
     for (name, help) in DESCRIPTIONS {
         metrics::describe_gauge!(name, Unit::Count, help);
     }

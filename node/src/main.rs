@@ -100,6 +100,7 @@ async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Resul
             .install()
             .map_err(|e| format!("metrics endpoint on {addr}: {e}"))?;
         ledger_node::metrics::describe();
+        ledger_node::gauges::describe();
         tracing::info!("metrics served at http://{addr}/metrics");
     }
     let disk: DiskRef = match config.storage {

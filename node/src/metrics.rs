@@ -207,7 +207,8 @@ const COUNTERS: [(&str, &str); 4] = [
     ),
 ];
 
-/// Describes every metric of the node and of its storage to the installed recorder.
+/// Describes the node's and its storage's histograms and counters to the installed
+/// recorder (the gauges describe themselves: [`crate::gauges::describe`]).
 pub fn describe() {
     let storage = ledger_raft_store::metrics::DESCRIPTIONS;
     for (name, unit, help) in DESCRIPTIONS.into_iter().chain(storage) {
@@ -216,5 +217,4 @@ pub fn describe() {
     for (name, help) in COUNTERS {
         metrics::describe_counter!(name, Unit::Count, help);
     }
-    crate::gauges::describe();
 }

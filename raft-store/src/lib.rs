@@ -51,7 +51,10 @@ pub use log_store::RaftLogStore;
 pub use runtime::{blocking, LedgerRuntime};
 pub use snapshot::{SnapshotData, SnapshotSpool};
 pub use state_machine::{Change, LedgerReader, LedgerStateMachine, StoredLedger};
-pub use types::{LedgerRequest, LedgerResponse, Raft, TypeConfig};
+pub use types::{LedgerRequest, LedgerResponse, TypeConfig};
+
+/// A Raft node of the ledger.
+pub type Raft = openraft::Raft<TypeConfig, LedgerStateMachine>;
 
 /// Opens the Raft log store and the state machine on one disk. The log store opens
 /// first: it checks the storage format and recovers the log after a power failure (see

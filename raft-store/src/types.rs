@@ -12,7 +12,6 @@ use ledger_core::{Command, Outcome, Stamp};
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::LedgerRuntime;
-use crate::state_machine::LedgerStateMachine;
 
 /// What one Raft entry asks the ledger to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,8 +89,6 @@ openraft::declare_raft_types!(
         AsyncRuntime = LedgerRuntime,
 );
 
-/// A Raft node of the ledger.
-pub type Raft = openraft::Raft<TypeConfig, LedgerStateMachine>;
 /// A Raft log entry.
 pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 /// A Raft log id (leader and index).

@@ -28,6 +28,7 @@
 
 mod dispatch;
 pub(crate) mod ids;
+mod reconcile;
 mod run;
 mod wait;
 
