@@ -268,13 +268,7 @@ pub async fn add_learner(client: &LedgerClient, args: &MemberAdd, format: Format
         .add_learner(args.id, &args.addr)
         .await
         .map_err(|e| Failure::from_client("add learner", e))?;
-    print_membership(
-        &members(&answer.voters),
-        &members(&answer.learners),
-        answer.log_index,
-        format,
-    );
-    Ok(Exit::Success)
+    print_changed(&answer, format)
 }
 
 /// `members set` (and the older `change-membership`).
@@ -283,6 +277,11 @@ pub async fn change(client: &LedgerClient, voters: Vec<u64>, format: Format) -> 
         .change_membership(voters, false)
         .await
         .map_err(|e| Failure::from_client("change membership", e))?;
+    print_changed(&answer, format)
+}
+
+/// Prints the membership a change left.
+fn print_changed(answer: &pb::MembershipResponse, format: Format) -> CliResult {
     print_membership(
         &members(&answer.voters),
         &members(&answer.learners),
