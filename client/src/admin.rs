@@ -89,6 +89,40 @@ impl LedgerClient {
             .map_err(ClientError::from_status)
     }
 
+    /// Writes a backup of the whole ledger, as the leader holds it now, to `out` (operator
+    /// key). Restore it into a new cluster with `ledger-node restore`.
+    pub async fn backup(&self, out: &mut dyn std::io::Write) -> Result<Backup, ClientError> {
+        self.find_leader().await;
+        let t = self.transport();
+        let mut chunks = t
+            .call(|ch| {
+                let request = t.request(pb::BackupRequest {});
+                async move { AdminClient::new(ch).backup(request).await }
+            })
+            .await?
+            .into_inner();
+        let mut bytes = 0;
+        loop {
+            let chunk = chunks
+                .message()
+                .await
+                .map_err(ClientError::from_status)?
+                .ok_or_else(|| {
+                    ClientError::Malformed("the backup ended before its digest".into())
+                })?;
+            out.write_all(&chunk.data)
+                .map_err(|e| ClientError::Malformed(format!("writing the backup: {e}")))?;
+            bytes += chunk.data.len() as u64;
+            if let Ok(state_digest) = <[u8; 32]>::try_from(chunk.state_digest.as_slice()) {
+                return Ok(Backup {
+                    bytes,
+                    applied_index: chunk.applied_index,
+                    state_digest,
+                });
+            }
+        }
+    }
+
     /// Adds a learner (it catches up before this returns).
     pub async fn add_learner(
         &self,
@@ -125,4 +159,15 @@ impl LedgerClient {
         .await
         .map(|r| r.into_inner())
     }
+}
+
+/// A backup written by [`LedgerClient::backup`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// Its size.
+    pub bytes: u64,
+    /// The log index of the state it holds.
+    pub applied_index: u64,
+    /// The state digest of what it holds.
+    pub state_digest: [u8; 32],
 }

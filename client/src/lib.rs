@@ -25,6 +25,7 @@ pub mod policy_file;
 pub mod reconcile;
 pub mod transport;
 
+pub use admin::Backup;
 pub use effect::{
     AttemptInfo, DispatchResult, EffectCall, EffectOutcome, EffectRunner, RunError, RunOptions,
 };

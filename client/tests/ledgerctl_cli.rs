@@ -445,3 +445,43 @@ async fn watch_prints_the_record_then_the_commit() {
         .collect();
     assert_eq!(states, ["InProgress", "Committed"]);
 }
+
+/// `snapshot save` writes the whole ledger to a file whose state digest is the node's,
+/// and refuses a tenant key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_save_writes_the_ledger_with_its_digest() {
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    committed(&client, "saved-1").await;
+    let dir = std::env::temp_dir().join(format!("ledgerctl-backup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("ledger.backup");
+    let path = file.to_str().expect("utf-8 path");
+    let refused = ledgerctl(&ledger, TENANT_KEY, &["snapshot", "save", path]).await;
+    assert!(
+        !refused.status.success(),
+        "a tenant key cannot back up the ledger"
+    );
+    assert!(!file.exists());
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["--output", "json", "snapshot", "save", path],
+    )
+    .await;
+    let saved: serde_json::Value = serde_json::from_str(&succeeded(&out)).expect("JSON");
+    let bytes = std::fs::read(&file).expect("the backup file");
+    assert_eq!(saved["bytes"], bytes.len() as u64);
+    let status = ledger
+        .client(OPERATOR_KEY)
+        .status_with_digest(0)
+        .await
+        .expect("status");
+    let digest: String = status
+        .state_digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(saved["state_digest"], digest.as_str());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,6 +11,9 @@
 //! ledger command like any other, so it goes through the ordinary write path.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+
+use futures::Stream;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, ServerState};
@@ -20,6 +23,7 @@ use ledger_core::Caller;
 use ledger_proto::convert::IntoCommand;
 use ledger_proto::pb;
 use ledger_proto::pb::admin_client::AdminClient;
+use ledger_raft_store::{blocking, StoreError, StreamDigest};
 
 use crate::auth::Authenticator;
 use crate::error::NodeError;
@@ -284,4 +288,56 @@ impl pb::admin_server::Admin for AdminService {
             other => Err(NodeError::Internal(format!("unexpected read answer {other:?}")).into()),
         }
     }
+
+    type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupChunk, Status>> + Send>>;
+
+    async fn backup(
+        &self,
+        request: Request<pb::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        self.auth.operator_for(&request, "a backup")?;
+        // Everything acknowledged before this call is in the view taken next.
+        self.node.linearizable().await?;
+        let reader = self.node.reader.clone();
+        let unreadable =
+            |e: StoreError| Status::unavailable(format!("ledger state unreadable: {e}"));
+        let (data, index) = blocking(move || reader.backup())
+            .await
+            .map_err(unreadable)?
+            .ok_or_else(|| {
+                Status::failed_precondition("nothing is applied yet: no state to back up")
+            })?;
+        let chunks = blocking(move || data.chunks()).await.map_err(unreadable)?;
+        let stream = futures::stream::unfold(
+            Some((chunks, StreamDigest::new())),
+            move |state| async move {
+                let (mut chunks, mut digest) = state?;
+                let (chunks, read) = blocking(move || {
+                    let read = chunks.next_chunk(BACKUP_CHUNK_BYTES);
+                    (chunks, read)
+                })
+                .await;
+                let chunk = |data, state_digest| pb::BackupChunk {
+                    data,
+                    applied_index: index,
+                    state_digest,
+                };
+                match read.and_then(|data| {
+                    if let Some(data) = &data {
+                        digest.feed(data)?;
+                    }
+                    Ok(data)
+                }) {
+                    Ok(Some(data)) => Some((Ok(chunk(data, Vec::new())), Some((chunks, digest)))),
+                    // The last chunk carries the digest of everything sent.
+                    Ok(None) => Some((Ok(chunk(Vec::new(), digest.finish().to_vec())), None)),
+                    Err(e) => Some((Err(unreadable(e)), None)),
+                }
+            },
+        );
+        Ok(Response::new(Box::pin(stream)))
+    }
 }
+
+/// Bytes of one backup chunk (a view's page is never split, so some are larger).
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use ledger_node::config::{NodeConfig, Overrides, StorageKind};
 use ledger_node::security::Security;
@@ -37,6 +37,21 @@ struct Cli {
     /// How log lines are written to stderr (filter them with RUST_LOG, default info).
     #[arg(long, env = "LEDGER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<NodeCommand>,
+}
+
+/// What to do instead of serving.
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// Install a backup (`ledgerctl snapshot save`) into this node's data directory,
+    /// which must never have been part of a cluster, then exit. Run it on every member
+    /// of the new cluster with the same file, start them, then `ledgerctl init`.
+    Restore {
+        /// The backup.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+    },
 }
 
 /// The format of log lines.
@@ -84,6 +99,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(NodeCommand::Restore { from }) = cli.command {
+        return match runtime.block_on(restore(&config, &from)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ledger-node: restore: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match runtime.block_on(serve(config, cli.config, overrides)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -134,6 +158,32 @@ async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Resul
         }
         _ => e.to_string(),
     })
+}
+
+/// Installs the backup at `from` into the node's storage (`config.data_dir`).
+async fn restore(config: &NodeConfig, from: &std::path::Path) -> Result<(), String> {
+    let file = std::fs::File::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    let path = config.data_dir.join("raft");
+    std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let disk: DiskRef =
+        Arc::new(RocksDisk::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
+    let restored = ledger_raft_store::restore(disk, std::io::BufReader::new(file))
+        .await
+        .map_err(|e| e.to_string())?;
+    let digest: String = restored
+        .state_digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    println!(
+        "restored {} into {}: the ledger at log index {} of its cluster, state digest {digest}",
+        from.display(),
+        path.display(),
+        restored
+            .source_index
+            .map_or_else(|| "-".to_owned(), |i| i.to_string()),
+    );
+    Ok(())
 }
 
 /// At every SIGHUP, reads the configuration file again and puts its secrets and

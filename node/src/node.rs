@@ -240,14 +240,21 @@ impl LedgerNode {
         result.unwrap_or_else(forward_error)
     }
 
-    async fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, NodeError> {
+    /// Waits until this node, as leader, has applied everything committed before the
+    /// call: what it reads next is linearizable. `NotLeader` on a follower.
+    pub async fn linearizable(&self) -> Result<(), NodeError> {
         self.raft
             .ensure_linearizable(ReadPolicy::ReadIndex)
             .await
+            .map(|_| ())
             .map_err(|e| match e.forward_to_leader() {
                 Some(f) => NodeError::NotLeader(f.leader_id),
                 None => NodeError::Unavailable(e.to_string()),
-            })?;
+            })
+    }
+
+    async fn read_local(&self, request: &ReadRequest) -> Result<ReadResponse, NodeError> {
+        self.linearizable().await?;
         self.reader
             .read(|ledger| match request {
                 ReadRequest::Get(key) => ReadResponse::Record(ledger.get(key).map(Box::new)),

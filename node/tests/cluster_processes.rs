@@ -11,6 +11,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -470,5 +471,107 @@ async fn health_service_says_ready_once_a_leader_is_known() {
     assert_eq!(
         unknown.expect_err("unknown service").code(),
         tonic::Code::NotFound
+    );
+}
+
+/// A backup saved from a running cluster and restored into the nodes of a new one (before
+/// it is formed) gives the new cluster the same state digest and the same records, and
+/// the new cluster goes on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restored_into_a_new_cluster_has_the_same_state() {
+    let source = ProcessCluster::start(3);
+    source.form().await;
+    let tenant = source.client(TENANT_KEY);
+    for i in 0..5 {
+        let d = declaration(&format!("backup-{i}"));
+        let ClaimOutcome::Proceed(grant) = tenant
+            .claim(&format!("bc-{i}"), d.clone(), "h", None, None)
+            .await
+            .expect("claim")
+        else {
+            panic!("a fresh key proceeds");
+        };
+        let receipt = Report::Committed {
+            receipt: format!("r-{i}"),
+        };
+        tenant
+            .report(&format!("br-{i}"), d.key, grant.fencing_token, receipt)
+            .await
+            .expect("report");
+    }
+    source.converged().await;
+    let operator = source.client(OPERATOR_KEY);
+    let mut saved = Vec::new();
+    let backup = operator.backup(&mut saved).await.expect("backup");
+    assert_eq!(backup.bytes, saved.len() as u64);
+    let leader = source.leader().await;
+    let status = operator.status_with_digest(leader).await.expect("status");
+    assert_eq!(
+        status.state_digest,
+        backup.state_digest.to_vec(),
+        "the backup is the leader's state"
+    );
+    let kept = tempfile::tempdir().expect("temp dir");
+    let file = kept.path().join("backup.bin");
+    std::fs::write(&file, &saved).expect("write the backup");
+    drop(source);
+
+    // Nodes that never formed a cluster: stopped, restored, started, formed.
+    let mut target = ProcessCluster::start(3);
+    for i in 0..3 {
+        target.kill(i);
+        let restored = Command::new(env!("CARGO_BIN_EXE_ledger-node"))
+            .arg("--config")
+            .arg(target.dir().join(format!("node{}.toml", i + 1)))
+            .args(["restore", "--from"])
+            .arg(&file)
+            .output()
+            .expect("run ledger-node restore");
+        assert!(
+            restored.status.success(),
+            "{}",
+            String::from_utf8_lossy(&restored.stderr)
+        );
+        target.spawn(i);
+    }
+    target.form().await;
+    target.converged().await;
+    let operator = target.client(OPERATOR_KEY);
+    for i in 0..3 {
+        let status = operator.status_with_digest(i).await.expect("status");
+        assert_eq!(
+            status.state_digest,
+            backup.state_digest.to_vec(),
+            "node {} holds the backup's state",
+            i + 1
+        );
+    }
+    let tenant = target.client(TENANT_KEY);
+    let record = tenant
+        .get(declaration("backup-3").key)
+        .await
+        .expect("get")
+        .expect("the record came with the backup");
+    assert_eq!(record.receipt.as_deref(), Some("r-3"));
+    let d = declaration("after-restore");
+    assert!(matches!(
+        tenant
+            .claim("ac-1", d, "h", None, None)
+            .await
+            .expect("claim"),
+        ClaimOutcome::Proceed(_)
+    ));
+    // A node of a cluster refuses a restore.
+    target.kill(0);
+    let again = Command::new(env!("CARGO_BIN_EXE_ledger-node"))
+        .arg("--config")
+        .arg(target.dir().join("node1.toml"))
+        .args(["restore", "--from"])
+        .arg(&file)
+        .output()
+        .expect("run ledger-node restore");
+    assert!(
+        !again.status.success(),
+        "a member's data directory is never overwritten"
     );
 }

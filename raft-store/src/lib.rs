@@ -31,6 +31,7 @@
 //! let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
 //! ```
 
+mod backup;
 mod codec;
 pub mod disk;
 pub mod error;
@@ -42,6 +43,7 @@ pub mod snapshot;
 pub mod state_machine;
 pub mod types;
 
+pub use backup::{restore, Restored};
 #[cfg(not(madsim))]
 pub use disk::RocksDisk;
 pub use disk::{Disk, DiskError, DiskRef, Keyspace, SimDisk, WriteBatch};
@@ -49,6 +51,7 @@ pub use error::StoreError;
 pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;
 pub use runtime::{blocking, LedgerRuntime};
+pub use snapshot::StreamDigest;
 pub use snapshot::{SnapshotData, SnapshotSpool};
 pub use state_machine::{Change, LedgerReader, LedgerStateMachine, StoredLedger};
 pub use types::{LedgerRequest, LedgerResponse, TypeConfig};

@@ -250,10 +250,7 @@ impl SnapshotData {
                 generation,
                 meta,
             } => {
-                let mut head = STREAM_MAGIC.to_vec();
-                let meta = encode(meta, "snapshot meta")?;
-                head.extend_from_slice(&(meta.len() as u32).to_be_bytes());
-                head.extend_from_slice(&meta);
+                let mut head = stream_head(meta)?;
                 head.extend_from_slice(&HEADER);
                 Chunking::View {
                     view: view.clone(),
@@ -369,9 +366,52 @@ impl SnapshotChunks {
 }
 
 /// Where a received stream is in its own header.
+#[derive(Default)]
 struct StreamHeader {
     buffer: Vec<u8>,
     meta: Option<SnapshotMeta>,
+}
+
+/// Follows a snapshot stream piece by piece: the metadata in its header, and the SHA-256
+/// of what follows the header (the ledger's snapshot, whose SHA-256 is its
+/// `Ledger::state_digest`).
+#[derive(Default)]
+pub struct StreamDigest {
+    header: StreamHeader,
+    hasher: sha2::Sha256,
+}
+
+impl StreamDigest {
+    /// Nothing read yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the next piece; an error when the stream does not start as a snapshot.
+    pub fn feed(&mut self, piece: &[u8]) -> Result<(), StoreError> {
+        let state = self.header.feed(piece)?;
+        sha2::Digest::update(&mut self.hasher, state);
+        Ok(())
+    }
+
+    /// The metadata, once the header was read.
+    pub fn meta(&self) -> Option<&SnapshotMeta> {
+        self.header.meta.as_ref()
+    }
+
+    /// The state digest of everything read.
+    pub fn finish(self) -> [u8; 32] {
+        sha2::Digest::finalize(self.hasher).into()
+    }
+}
+
+/// The first bytes of a snapshot stream for `meta`, before the ledger's snapshot.
+pub(crate) fn stream_head(meta: &SnapshotMeta) -> Result<Vec<u8>, StoreError> {
+    let mut head = STREAM_MAGIC.to_vec();
+    let meta = encode(meta, "snapshot meta")?;
+    head.extend_from_slice(&(meta.len() as u32).to_be_bytes());
+    head.extend_from_slice(&meta);
+    Ok(head)
 }
 
 impl StreamHeader {
@@ -415,10 +455,7 @@ pub(crate) fn install(
     let mut batch = WriteBatch::new();
     batch.delete_range(Keyspace::State, from, to);
     disk.write(batch)?;
-    let mut header = StreamHeader {
-        buffer: Vec::new(),
-        meta: None,
-    };
+    let mut header = StreamHeader::default();
     let mut frames = Frames::new();
     let mut restore = Restore::new(DiskStore::new(disk.clone(), target));
     let mut chunks = data.chunks()?;

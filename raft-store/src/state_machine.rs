@@ -258,6 +258,23 @@ impl LedgerReader {
         }
     }
 
+    /// The state as it is now, as snapshot data, and the log index it reflects; `None`
+    /// before anything was applied.
+    pub(crate) fn snapshot_now(&self) -> Result<Option<(SnapshotData, u64)>, StoreError> {
+        let applied = self.lock()?;
+        let Some(last) = applied.last_applied else {
+            return Ok(None);
+        };
+        let store = applied.ledger.store();
+        let view = store.disk().view(Keyspace::State)?;
+        let meta = SnapshotMeta {
+            last_log_id: Some(last),
+            last_membership: applied.membership.clone(),
+        };
+        let data = SnapshotData::view(view, store.generation(), meta);
+        Ok(Some((data, last.index())))
+    }
+
     /// A spool to receive a snapshot stream into, on this node's disk.
     pub fn receive_snapshot(&self) -> Result<SnapshotSpool, StoreError> {
         let disk = self.lock()?.ledger.store().disk().clone();

@@ -341,3 +341,39 @@ fn print_membership(
         say!("membership log index: {index}");
     }
 }
+
+/// `snapshot save FILE`: the backup, written to a temporary file next to FILE and renamed
+/// once whole, so FILE is never a partial backup.
+pub async fn save(client: &LedgerClient, file: &std::path::Path, format: Format) -> CliResult {
+    let partial = file.with_extension("partial");
+    let failed =
+        |e: std::io::Error| Failure::new(format!("cannot write {}: {e}", partial.display()));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&partial).map_err(failed)?);
+    let backup = client
+        .backup(&mut out)
+        .await
+        .map_err(|e| Failure::from_client("backup", e))?;
+    let out = out.into_inner().map_err(|e| failed(e.into_error()))?;
+    out.sync_all().map_err(failed)?;
+    std::fs::rename(&partial, file).map_err(failed)?;
+    let digest: String = backup
+        .state_digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    match format {
+        Format::Json => print_json(&serde_json::json!({
+            "file": file.display().to_string(),
+            "bytes": backup.bytes,
+            "applied_index": backup.applied_index,
+            "state_digest": digest,
+        })),
+        Format::Table => say!(
+            "saved {} ({} bytes): the ledger at log index {}, state digest {digest}",
+            file.display(),
+            backup.bytes,
+            backup.applied_index
+        ),
+    }
+    Ok(Exit::Success)
+}

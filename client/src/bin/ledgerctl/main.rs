@@ -41,7 +41,7 @@ use clap::{CommandFactory, Parser};
 use ledger_client::{LedgerClient, OverloadPolicy, RetryPolicy, TlsOptions};
 use ledger_core::EffectKey;
 
-use cli::{Cli, Command, Global, Shell, Voters};
+use cli::{Cli, Command, Global, Shell, Snapshot, Voters};
 use failure::{CliResult, Exit, Failure};
 
 fn main() -> ExitCode {
@@ -94,6 +94,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Watch(args) => records::watch(c, args, format).await,
         Command::Claim(args) => effects::claim(c, args, format).await,
         Command::Report(args) => effects::report(c, args, format).await,
+        Command::Snapshot(Snapshot::Save { file }) => cluster::save(c, file, format).await,
         Command::Completions(_) => unreachable!("handled before connecting"),
     }
 }

@@ -131,6 +131,9 @@ pub enum Command {
     Claim(Claim),
     /// Report how a dispatch attempt ended.
     Report(ReportArgs),
+    /// Backups of the whole ledger (operator key).
+    #[command(subcommand)]
+    Snapshot(Snapshot),
     /// Print a shell completion script for ledgerctl.
     Completions(Completions),
     /// `members add`.
@@ -148,6 +151,17 @@ pub enum Command {
     /// `policy apply`.
     #[command(hide = true)]
     ApplyPolicies(PolicyFileArg),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Snapshot {
+    /// Write the whole ledger, as the leader holds it now, to FILE; prints the log index
+    /// and the state digest it holds. Restore it into a new cluster with `ledger-node
+    /// restore --from FILE` on every member before `init`.
+    Save {
+        /// Where to write the backup.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
