@@ -43,7 +43,10 @@ impl LedgerReader {
     /// reflects; `None` before anything was applied. Reading the stream does not hold
     /// applies back.
     pub fn backup(&self) -> Result<Option<(SnapshotData, u64)>, StoreError> {
-        self.snapshot_now()
+        Ok(self.snapshot_now()?.and_then(|snapshot| {
+            let index = snapshot.meta.last_log_id?.index;
+            Some((snapshot.snapshot, index))
+        }))
     }
 }
 

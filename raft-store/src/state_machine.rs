@@ -258,21 +258,9 @@ impl LedgerReader {
         }
     }
 
-    /// The state as it is now, as snapshot data, and the log index it reflects; `None`
-    /// before anything was applied.
-    pub(crate) fn snapshot_now(&self) -> Result<Option<(SnapshotData, u64)>, StoreError> {
-        let applied = self.lock()?;
-        let Some(last) = applied.last_applied else {
-            return Ok(None);
-        };
-        let store = applied.ledger.store();
-        let view = store.disk().view(Keyspace::State)?;
-        let meta = SnapshotMeta {
-            last_log_id: Some(last),
-            last_membership: applied.membership.clone(),
-        };
-        let data = SnapshotData::view(view, store.generation(), meta);
-        Ok(Some((data, last.index())))
+    /// The state as it is now, as a snapshot; `None` before anything was applied.
+    pub(crate) fn snapshot_now(&self) -> Result<Option<Snapshot>, StoreError> {
+        snapshot_of(&*self.lock()?)
     }
 
     /// A spool to receive a snapshot stream into, on this node's disk.
@@ -323,21 +311,28 @@ impl LedgerStateMachine {
     /// The state as it is now, as a snapshot: a view taken while no apply commits, with
     /// the position it shows. `None` before anything was applied.
     fn current(&self) -> Result<Option<Snapshot>, StoreError> {
-        let applied = self.applied.read().map_err(|_| StoreError::Poisoned)?;
-        if applied.last_applied.is_none() {
-            return Ok(None);
-        }
-        let view = self.disk.view(Keyspace::State)?;
-        let meta = SnapshotMeta {
-            last_log_id: applied.last_applied,
-            last_membership: applied.membership.clone(),
-        };
-        let data = SnapshotData::view(view, applied.ledger.store().generation(), meta.clone());
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: data,
-        }))
+        snapshot_of(&*self.applied.read().map_err(|_| StoreError::Poisoned)?)
     }
+}
+
+/// `applied` as a snapshot: a view of its state taken now (while no apply commits, as
+/// the caller holds the lock), with the position it shows. `None` before anything was
+/// applied.
+fn snapshot_of(applied: &Applied) -> Result<Option<Snapshot>, StoreError> {
+    if applied.last_applied.is_none() {
+        return Ok(None);
+    }
+    let store = applied.ledger.store();
+    let view = store.disk().view(Keyspace::State)?;
+    let meta = SnapshotMeta {
+        last_log_id: applied.last_applied,
+        last_membership: applied.membership.clone(),
+    };
+    let data = SnapshotData::view(view, store.generation(), meta.clone());
+    Ok(Some(Snapshot {
+        meta,
+        snapshot: data,
+    }))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for LedgerStateMachine {
