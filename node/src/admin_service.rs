@@ -308,30 +308,24 @@ impl pb::admin_server::Admin for AdminService {
                 Status::failed_precondition("nothing is applied yet: no state to back up")
             })?;
         let chunks = blocking(move || data.chunks()).await.map_err(unreadable)?;
+        let chunk = move |data, state_digest| pb::BackupChunk {
+            data,
+            applied_index: index,
+            state_digest,
+        };
+        let pieces = Box::pin(chunks.into_stream(BACKUP_CHUNK_BYTES));
         let stream = futures::stream::unfold(
-            Some((chunks, StreamDigest::new())),
+            Some((pieces, StreamDigest::new())),
             move |state| async move {
-                let (mut chunks, mut digest) = state?;
-                let (chunks, read) = blocking(move || {
-                    let read = chunks.next_chunk(BACKUP_CHUNK_BYTES);
-                    (chunks, read)
-                })
-                .await;
-                let chunk = |data, state_digest| pb::BackupChunk {
-                    data,
-                    applied_index: index,
-                    state_digest,
-                };
-                match read.and_then(|data| {
-                    if let Some(data) = &data {
-                        digest.feed(data)?;
-                    }
-                    Ok(data)
-                }) {
-                    Ok(Some(data)) => Some((Ok(chunk(data, Vec::new())), Some((chunks, digest)))),
+                let (mut pieces, mut digest) = state?;
+                match futures::StreamExt::next(&mut pieces).await {
+                    Some(Ok(data)) => match digest.feed(&data) {
+                        Ok(()) => Some((Ok(chunk(data, Vec::new())), Some((pieces, digest)))),
+                        Err(e) => Some((Err(unreadable(e)), None)),
+                    },
+                    Some(Err(e)) => Some((Err(unreadable(e)), None)),
                     // The last chunk carries the digest of everything sent.
-                    Ok(None) => Some((Ok(chunk(Vec::new(), digest.finish().to_vec())), None)),
-                    Err(e) => Some((Err(unreadable(e)), None)),
+                    None => Some((Ok(chunk(Vec::new(), digest.finish().to_vec())), None)),
                 }
             },
         );

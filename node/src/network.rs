@@ -276,29 +276,22 @@ impl RaftNetworkV2<C> for PeerClient {
             data: Vec::new(),
         };
         // Encoded from the view as it is sent: the snapshot is never one buffer here.
-        let rest = futures::stream::unfold(Some(reader), |reader| async move {
-            let mut reader = reader?;
-            let read = blocking(move || {
-                let chunk = reader.next_chunk(SNAPSHOT_CHUNK_BYTES);
-                (reader, chunk)
-            })
-            .await;
-            match read {
-                (reader, Ok(Some(data))) => Some((
-                    pb::SnapshotChunk {
+        let rest = futures::StreamExt::filter_map(
+            reader.into_stream(SNAPSHOT_CHUNK_BYTES),
+            |read| async move {
+                match read {
+                    Ok(data) => Some(pb::SnapshotChunk {
                         header: Vec::new(),
                         data,
-                    },
-                    Some(reader),
-                )),
-                (_, Ok(None)) => None,
-                (_, Err(e)) => {
-                    // Ending early: the receiver sees a partial stream and refuses it.
-                    tracing::error!("snapshot stream failed: {e}");
-                    None
+                    }),
+                    Err(e) => {
+                        // Ending early: the receiver sees a partial stream and refuses it.
+                        tracing::error!("snapshot stream failed: {e}");
+                        None
+                    }
                 }
-            }
-        });
+            },
+        );
         let chunks = futures::StreamExt::chain(futures::stream::iter([first]), rest);
         let mut client = self.client(&self.network.replication)?;
         let request = with_secret(chunks, &self.network.replication.cluster_secret());

@@ -301,6 +301,27 @@ enum Chunking {
 }
 
 impl SnapshotChunks {
+    /// The rest of the stream as an async stream of pieces of about `max_bytes`, each
+    /// read off the async runtime; it ends after the first error.
+    pub fn into_stream(
+        self,
+        max_bytes: usize,
+    ) -> impl futures::Stream<Item = Result<Vec<u8>, StoreError>> + Send + 'static {
+        futures::stream::unfold(Some(self), move |chunks| async move {
+            let mut chunks = chunks?;
+            let (chunks, read) = crate::runtime::blocking(move || {
+                let read = chunks.next_chunk(max_bytes);
+                (chunks, read)
+            })
+            .await;
+            match read {
+                Ok(Some(piece)) => Some((Ok(piece), Some(chunks))),
+                Ok(None) => None,
+                Err(e) => Some((Err(e), None)),
+            }
+        })
+    }
+
     /// The next piece of about `max_bytes` (a view's page is never split, and a spooled
     /// stream comes in the pieces it was received in), `None` at the end (blocking).
     pub fn next_chunk(&mut self, max_bytes: usize) -> Result<Option<Vec<u8>>, StoreError> {
