@@ -477,11 +477,7 @@ async fn snapshot_save_writes_the_ledger_with_its_digest() {
         .status_with_digest(0)
         .await
         .expect("status");
-    let digest: String = status
-        .state_digest
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = ledger_core::intent::hex(&status.state_digest);
     assert_eq!(saved["state_digest"], digest.as_str());
     let _ = std::fs::remove_dir_all(&dir);
 }

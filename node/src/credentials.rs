@@ -119,10 +119,7 @@ mod tests {
 
     #[test]
     fn a_hashed_key_authenticates_and_a_wrong_one_does_not() {
-        let hex: String = Sha256::digest(b"tenant-key-hashed-01")
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = ledger_core::intent::hex(&Sha256::digest(b"tenant-key-hashed-01"));
         let c = Credentials::from_config(&config(&format!(
             "[[api_keys]]\nkey_sha256 = \"{hex}\"\ntenant = \"acme\"\n\
              [[api_keys]]\nkey = \"operator-key-plain-01\"\noperator = true\n"

@@ -170,11 +170,7 @@ async fn restore(config: &NodeConfig, from: &std::path::Path) -> Result<(), Stri
     let restored = ledger_raft_store::restore(disk, std::io::BufReader::new(file))
         .await
         .map_err(|e| e.to_string())?;
-    let digest: String = restored
-        .state_digest
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = ledger_core::intent::hex(&restored.state_digest);
     println!(
         "restored {} into {}: the ledger at log index {} of its cluster, state digest {digest}",
         from.display(),

@@ -131,7 +131,7 @@ impl Loaded {
         }
         .build()
         .map_err(|e| TlsError(format!("client CA: {e}")))?;
-        let fingerprint = hex(&Sha256::digest(&chain[0]));
+        let fingerprint = ledger_core::intent::hex(&Sha256::digest(&chain[0]));
         let mut server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError(e.to_string()))?
@@ -187,10 +187,6 @@ fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>,
         )));
     }
     Ok(chain)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The connections accepted on `listener` that completed a TLS handshake with the

@@ -238,10 +238,7 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
 }
 
 fn sha256_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    ledger_core::intent::hex(&Sha256::digest(key.as_bytes()))
 }
 
 async fn leader_code(client: &LedgerClient) -> Option<Code> {

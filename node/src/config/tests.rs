@@ -55,10 +55,7 @@ fn bad_configs_are_typed_errors() {
 
 #[test]
 fn a_key_given_as_its_sha256_authenticates_the_key_and_nothing_else() {
-    let hex: String = Sha256::digest(b"operator-key-00001")
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = ledger_core::intent::hex(&Sha256::digest(b"operator-key-00001"));
     let text = MINIMAL.replace(
         "key = \"operator-key-00001\"",
         &format!("key_sha256 = \"{hex}\""),

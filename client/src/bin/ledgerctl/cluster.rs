@@ -356,11 +356,7 @@ pub async fn save(client: &LedgerClient, file: &std::path::Path, format: Format)
     let out = out.into_inner().map_err(|e| failed(e.into_error()))?;
     out.sync_all().map_err(failed)?;
     std::fs::rename(&partial, file).map_err(failed)?;
-    let digest: String = backup
-        .state_digest
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = ledger_core::intent::hex(&backup.state_digest);
     match format {
         Format::Json => print_json(&serde_json::json!({
             "file": file.display().to_string(),
