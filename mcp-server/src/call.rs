@@ -5,23 +5,17 @@
 
 use rmcp::model::InputResponses;
 
-use ledger_client::{EffectCall, EffectRunner, PolicyFile};
+use ledger_client::{EffectCall, PolicyFile};
 use ledger_core::{Declaration, ToolPolicy};
+use ledger_mcp::tenants::{Tenant, Tenants};
 
 use crate::config::ServerConfig;
 use crate::confirm::Confirmations;
 use crate::providers::Providers;
 
-/// A tenant this instance serves.
-pub(crate) struct Tenant {
-    pub name: String,
-    pub token: String,
-    pub runner: EffectRunner,
-}
-
 pub(crate) struct Inner {
     pub config: ServerConfig,
-    pub tenants: Vec<Tenant>,
+    pub tenants: Tenants,
     pub policies: PolicyFile,
     pub providers: Providers,
     pub confirmations: Confirmations,

@@ -42,52 +42,7 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// A tenant this server acts for.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    /// The tenant id at the ledger.
-    pub name: String,
-    /// The bearer token its agents present on every request.
-    pub agent_token: String,
-    /// The tenant's API key at the ledger.
-    pub ledger_api_key: String,
-}
-
-/// TLS towards the ledger's nodes.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LedgerTls {
-    /// The CA (PEM) that signed the nodes' certificates.
-    pub ca_cert_file: PathBuf,
-    /// A client certificate (PEM) presented to the nodes.
-    #[serde(default)]
-    pub client_cert_file: Option<PathBuf>,
-    /// Its private key (PEM).
-    #[serde(default)]
-    pub client_key_file: Option<PathBuf>,
-    /// The name the nodes' certificates are checked against instead of each endpoint's
-    /// host.
-    #[serde(default)]
-    pub domain_name: Option<String>,
-}
-
-impl LedgerTls {
-    fn resolve(&mut self, dir: &Path) {
-        for path in [
-            Some(&mut self.ca_cert_file),
-            self.client_cert_file.as_mut(),
-            self.client_key_file.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if path.is_relative() {
-                *path = dir.join(&*path);
-            }
-        }
-    }
-}
+pub use ledger_mcp::tenants::{LedgerTls, TenantConfig};
 
 /// A tool server instance's configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -208,26 +163,10 @@ impl ServerConfig {
         if self.request_state_key.len() < 32 {
             return invalid("request_state_key must be at least 32 bytes");
         }
-        if self.tenants.is_empty() {
-            return invalid("at least one tenant is required");
-        }
         if let Some(tls) = &self.ledger_tls {
-            if tls.client_cert_file.is_some() != tls.client_key_file.is_some() {
-                return invalid("ledger_tls: client_cert_file and client_key_file go together");
-            }
+            tls.check().map_err(ConfigError::Invalid)?;
         }
-        for (i, t) in self.tenants.iter().enumerate() {
-            if t.agent_token.len() < 16 {
-                return invalid("agent tokens must be at least 16 bytes");
-            }
-            if self.tenants[..i]
-                .iter()
-                .any(|o| o.agent_token == t.agent_token)
-            {
-                return invalid("two tenants share an agent token");
-            }
-        }
-        Ok(())
+        ledger_mcp::tenants::check_tenants(&self.tenants).map_err(ConfigError::Invalid)
     }
 }
 

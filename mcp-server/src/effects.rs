@@ -15,7 +15,7 @@ use ledger_providers::Search;
 use crate::call::{Call, Inner};
 use crate::providers::LookupKind;
 use crate::reply::{
-    committed_body, conflict_body, expired_body, failure, finish, refusal, success, Finished,
+    amend, committed_body, conflict_body, expired_body, failure, finish, refusal, success, Finished,
 };
 use crate::tools::{DeployArgs, MessageArgs, ToolArgs};
 
@@ -24,8 +24,8 @@ pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResp
     let providers = &call.server.providers;
     let key = &call.declaration.key;
     if call.amend {
-        if let Some(refused) = amend(call).await? {
-            return Ok(refused);
+        if let Some(refused) = amend(runner(call), &call.declaration).await? {
+            return Ok(refused.into());
         }
     }
     let finished = match args {
@@ -48,38 +48,6 @@ pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResp
         ToolArgs::GetOrder(_) => return read_only(call.server, args).await,
     };
     Ok(answer(key, finished).into())
-}
-
-/// Replaces the stored arguments of the call's effect with the call's, as the runtime
-/// asked (`_meta` amend). The answer when the ledger refuses: a tool error saying why
-/// (the effect may already have happened); `None` when the effect now carries the call's
-/// arguments, or was never declared (the claim declares it).
-async fn amend(call: &Call<'_>) -> Result<Option<CallToolResponse>, ErrorData> {
-    let key = &call.declaration.key;
-    match runner(call).amend(&call.declaration).await {
-        Ok(_) | Err(ClientError::Refused(Refusal::UnknownEffect(_))) => Ok(None),
-        Err(ClientError::Refused(Refusal::AmendNotAllowed { state, escalated })) => Ok(Some(
-            failure(json!({
-                "effect": { "key": key.to_string(), "outcome": "amend_refused" },
-                "detail": format!(
-                    "the effect is {state}{}: it may already have happened, so its \
-                     arguments can no longer change",
-                    if escalated { " and escalated" } else { "" }
-                ),
-                "advice": "call again without amend to learn its outcome; for a further, \
-                           separate effect use a new _meta dev.effect-ledger/sequence",
-            }))
-            .into(),
-        )),
-        Err(ClientError::Refused(Refusal::Conflict(c))) => {
-            Ok(Some(failure(conflict_body(key, &c)).into()))
-        }
-        Err(ClientError::Refused(r)) => Err(refusal(key, &r)),
-        Err(e) => Err(ErrorData::internal_error(
-            format!("the ledger could not be reached: {e}; nothing was sent"),
-            None,
-        )),
-    }
 }
 
 fn runner<'a>(call: &'a Call<'_>) -> &'a EffectRunner {

@@ -1,7 +1,9 @@
 //! A stateless MCP tool server that cannot do a thing twice, with fake providers to prove it.
 //!
 //! The server speaks MCP 2026-07-28 over Streamable HTTP without sessions (rmcp's
-//! `StreamableHttpService` with no session manager): each `tools/call` carries its tenant
+//! `StreamableHttpService` with no session manager), and 2025-11-25 too: a client of that
+//! revision does its `initialize` handshake and gets no session, so its requests stand
+//! alone as well. Each `tools/call` carries its tenant
 //! (bearer token), its effect identity (`_meta`), and its arguments, so any instance can
 //! take any request, including a retry whose first answer was lost and an
 //! `input_required` re-send. Mutating tools run through the effect ledger with
@@ -10,13 +12,12 @@
 //! Map of the modules:
 //! - [`config`]: the server's TOML configuration.
 //! - [`server`]: the MCP handler: checks, tenant, `_meta`, effect key, dispatch to a tool.
-//! - [`meta`]: the `_meta` fields read (`dev.effect-ledger/...`).
+//! - [`meta`], [`reply`], [`metrics`]: the `_meta` identity fields, answers from
+//!   outcomes and counters, shared with the gateway (from `ledger-mcp`).
 //! - [`tools`]: the five tools, their schemas, hints and intents.
 //! - `call`: what a checked call runs against; `effects`: each tool's effect, around
 //!   the client library.
 //! - [`confirm`]: the user's confirmation as an `input_required` round trip.
-//! - [`reply`]: outcomes to tool results and MCP errors.
-//! - [`metrics`]: tool calls, effects, confirmations and reconciliations counted.
 //! - [`providers`]: each tool's provider requests over HTTP, and its look-ups (the
 //!   logic is `ledger-providers`', shared with the simulation).
 //! - [`fake`]: the fake providers (payments, help desk, messaging, deploys).
@@ -31,13 +32,12 @@ pub mod confirm;
 mod effects;
 pub mod fake;
 pub mod http;
-pub mod meta;
-pub mod metrics;
 pub mod providers;
 pub mod proxy;
-pub mod reply;
 pub mod server;
 pub mod tools;
+
+pub use ledger_mcp::{meta, metrics, reply};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -81,7 +81,6 @@ pub async fn serve(
         http = http.with_allowed_hosts(config.allowed_hosts.clone());
     }
     let handler = ToolServer::new(config)?;
-    http.stateless_protocol_metadata_required = true;
     http.max_request_body_bytes = REQUEST_BODY_BYTES_MAX;
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),

@@ -16,13 +16,11 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 
 use ledger_client::policy_file::describe;
-use ledger_client::{
-    effect_key, target_of, ClientError, EffectRunner, LedgerClient, OverloadPolicy, PolicyFile,
-    RetryPolicy, RunOptions, TlsOptions,
-};
+use ledger_client::{effect_key, target_of, PolicyFile, RunOptions};
 use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, ToolRef};
+use ledger_mcp::tenants::{Tenant, Tenants};
 
-use crate::call::{Call, Inner, Tenant};
+use crate::call::{Call, Inner};
 use crate::config::ServerConfig;
 use crate::confirm::Confirmations;
 use crate::meta::LedgerMeta;
@@ -75,42 +73,16 @@ impl ToolServer {
     /// per tenant.
     pub fn new(config: ServerConfig) -> Result<Self, StartError> {
         let policies = PolicyFile::load(&config.policy_file)?;
-        let tls = config
-            .ledger_tls
-            .as_ref()
-            .map(|t| -> Result<TlsOptions, ClientError> {
-                let mut tls = TlsOptions::from_files(
-                    &t.ca_cert_file,
-                    t.client_cert_file.as_deref(),
-                    t.client_key_file.as_deref(),
-                )?;
-                tls.domain_name = t.domain_name.clone();
-                Ok(tls)
-            })
-            .transpose()?;
-        let tenants = config
-            .tenants
-            .iter()
-            .map(|t| {
-                let ledger = LedgerClient::with_tls(
-                    config.ledger_endpoints.clone(),
-                    &t.ledger_api_key,
-                    RetryPolicy::default(),
-                    OverloadPolicy::default(),
-                    tls.clone(),
-                )?;
-                Ok(Tenant {
-                    name: t.name.clone(),
-                    token: t.agent_token.clone(),
-                    runner: EffectRunner::new(ledger, config.instance.clone()).with_options(
-                        RunOptions {
-                            lease_ms: config.lease_ms,
-                            ..RunOptions::default()
-                        },
-                    ),
-                })
-            })
-            .collect::<Result<_, StartError>>()?;
+        let tenants = Tenants::connect(
+            &config.tenants,
+            &config.ledger_endpoints,
+            config.ledger_tls.as_ref(),
+            &config.instance,
+            RunOptions {
+                lease_ms: config.lease_ms,
+                ..RunOptions::default()
+            },
+        )?;
         let providers = Providers::new(config.provider_addr.clone(), config.provider_timeout_ms);
         let confirmations = Confirmations::new(&config.request_state_key)?;
         Ok(ToolServer {
@@ -128,14 +100,8 @@ impl ToolServer {
 impl Inner {
     /// The tenant whose agent token the request carries.
     fn tenant(&self, context: &RequestContext<RoleServer>) -> Option<&Tenant> {
-        let parts = context.extensions.get::<http::request::Parts>()?;
-        let header = parts
-            .headers
-            .get(http::header::AUTHORIZATION)?
-            .to_str()
-            .ok()?;
-        let token = header.strip_prefix("Bearer ")?;
-        self.tenants.iter().find(|t| t.token == token)
+        self.tenants
+            .by_bearer(context.extensions.get::<http::request::Parts>())
     }
 
     fn policy(&self, tenant: &str, spec: &ToolSpec) -> Option<&ToolPolicy> {
@@ -261,7 +227,7 @@ impl Inner {
     }
 
     fn list(&self, context: &RequestContext<RoleServer>) -> ListToolsResult {
-        let tenant = self.tenant(context).unwrap_or(&self.tenants[0]);
+        let tenant = self.tenant(context).unwrap_or(self.tenants.first());
         let tools = CATALOGUE
             .iter()
             .map(|spec| {
@@ -292,8 +258,15 @@ impl ServerHandler for ToolServer {
             )
     }
 
+    /// Both eras, with the same identity rules: a 2025-11-25 client's `initialize` is
+    /// answered without a session, and its calls carry `_meta` like a 2026-07-28 one's.
+    /// Only the confirmation of irreversible tools (an `input_required` round) needs
+    /// 2026-07-28.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+        Cow::Owned(vec![
+            ProtocolVersion::V_2026_07_28,
+            ProtocolVersion::V_2025_11_25,
+        ])
     }
 
     async fn list_tools(

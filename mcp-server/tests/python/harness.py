@@ -34,6 +34,7 @@ OPERATOR_KEY = "py-e2e-operator-key-0001"
 TENANT_KEY = "py-e2e-tenant-acme-00001"
 AGENT_TOKEN = "py-e2e-agent-token-acme-01"
 PROTOCOL = "2026-07-28"
+LEGACY_PROTOCOL = "2025-11-25"
 
 # The server gives up on a provider after this long; the tests hold commits longer.
 PROVIDER_TIMEOUT_MS = 2_000
@@ -280,8 +281,10 @@ ledger_api_key = "{TENANT_KEY}"
     # -- MCP ----------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def client(self, instance: str) -> AsyncIterator[Client]:
-        """A fresh connection to `instance` with the Python SDK, as tenant acme's agent."""
+    async def client(self, instance: str, mode: str = "auto") -> AsyncIterator[Client]:
+        """A fresh connection to `instance` with the Python SDK, as tenant acme's agent:
+        protocol 2026-07-28 (`mode="auto"`), or the 2025-11-25 initialize handshake
+        (`mode="legacy"`)."""
         addr = self.servers[instance].addr
         http = httpx2.AsyncClient(
             headers={"Authorization": f"Bearer {AGENT_TOKEN}"},
@@ -290,8 +293,9 @@ ledger_api_key = "{TENANT_KEY}"
         try:
             async with http:
                 transport = streamable_http_client(f"http://{addr}/mcp", http_client=http)
-                async with Client(transport, mode="auto", cache=None, read_timeout_seconds=60) as client:
-                    assert client.protocol_version == PROTOCOL, client.protocol_version
+                async with Client(transport, mode=mode, cache=None, read_timeout_seconds=60) as client:
+                    expected = PROTOCOL if mode == "auto" else LEGACY_PROTOCOL
+                    assert client.protocol_version == expected, client.protocol_version
                     yield client
         except BaseExceptionGroup as group:
             # The SDK's task groups wrap what a call raised; hand the one error on as it is.

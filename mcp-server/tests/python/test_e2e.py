@@ -8,6 +8,8 @@ cluster and the fake providers. Every effect is checked in the providers' own st
   policy's processing bound have passed a retry answers the one effect.
 - Model repair: the same turn re-sends a refund with another amount; the answer is a
   tool error naming the changed field, and the provider holds the first refund only.
+- Both eras: a client of the 2025-11-25 revision (initialize handshake, no session) and
+  a 2026-07-28 one name the same effect by the same `_meta`; one refund.
 
 Run with `bash mcp-server/tests/python/run.sh`.
 """
@@ -106,8 +108,9 @@ async def call(
     arguments: dict[str, Any],
     meta: dict[str, str],
     timeout_s: float | None = None,
+    mode: str = "auto",
 ) -> CallToolResult:
-    async with world.client(instance) as client:
+    async with world.client(instance, mode) as client:
         return await client.call_tool(tool, arguments, meta=meta, read_timeout_seconds=timeout_s)
 
 
@@ -273,3 +276,19 @@ async def test_a_deploy_committed_late_starts_one_job(world: World) -> None:
     jobs = world.read(f"/deploy/jobs?job_ref={receipt['job_ref']}")["jobs"]
     assert [j["job_id"] for j in jobs] == [receipt["job_id"]], jobs
     assert world.read(f"/deploy/jobs/{receipt['job_id']}")["service"] == service
+
+
+@pytest.mark.anyio
+async def test_a_2025_11_25_client_and_a_2026_07_28_client_name_the_same_effect(world: World) -> None:
+    order = f"o-py-era-{RUN}"
+    meta = turn("eras")
+    args = {"order_id": order, "amount_cents": 700, "currency": "EUR"}
+    with anyio.fail_after(60):
+        legacy = await call(world, "mcp-a", "refund", args, meta, mode="legacy")
+        assert not legacy.is_error, everything_said(legacy)
+        assert outcome(legacy) == "done", structured(legacy)
+        modern = await call(world, "mcp-b", "refund", args, meta)
+        assert outcome(modern) == "replayed", structured(modern)
+        assert structured(modern)["receipt"] == structured(legacy)["receipt"]
+    refunds = [r for r in world.effects()["refunds"] if r["order_id"] == order]
+    assert len(refunds) == 1, refunds

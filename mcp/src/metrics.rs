@@ -1,7 +1,7 @@
-//! What the MCP server measures, through the `metrics` facade: tool calls by tool and
+//! What an MCP front end measures, through the `metrics` facade: tool calls by tool and
 //! result, the effects they ran by outcome, confirmations asked and answered, and (from
-//! `ledger-client`) the reconciliations the runner made. `ledger-mcp-server` serves them
-//! for Prometheus at `metrics_listen_addr`.
+//! `ledger-client`) the reconciliations the runner made. `ledger-mcp-server` and
+//! `ledger-mcp-gateway` serve them for Prometheus at `metrics_listen_addr`.
 
 use ledger_client::{EffectOutcome, RunError};
 use metrics::Unit;
@@ -40,7 +40,7 @@ pub fn describe() {
 }
 
 /// Counts one answered `tools/call`.
-pub(crate) fn count_call(tool: &str, answer: &Result<CallToolResponse, ErrorData>) {
+pub fn count_call(tool: &str, answer: &Result<CallToolResponse, ErrorData>) {
     let result = match answer {
         Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
         Ok(CallToolResponse::Complete(_)) => "ok",
@@ -54,7 +54,7 @@ pub(crate) fn count_call(tool: &str, answer: &Result<CallToolResponse, ErrorData
 }
 
 /// Counts one effect run.
-pub(crate) fn count_effect(result: &Result<EffectOutcome, RunError>) {
+pub fn count_effect(result: &Result<EffectOutcome, RunError>) {
     let outcome = match result {
         Ok(EffectOutcome::Done { .. }) => "done",
         Ok(EffectOutcome::Replayed { .. }) => "replayed",
@@ -72,7 +72,7 @@ pub(crate) fn count_effect(result: &Result<EffectOutcome, RunError>) {
 }
 
 /// Counts one step of a confirmation.
-pub(crate) fn count_confirmation(step: &'static str) {
+pub fn count_confirmation(step: &'static str) {
     metrics::counter!(CONFIRMATIONS_TOTAL, "step" => step).increment(1);
 }
 

@@ -10,8 +10,8 @@
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData};
 use serde_json::{json, Value};
 
-use ledger_client::{ClientError, DispatchResult, EffectOutcome, RunError};
-use ledger_core::{EffectKey, ExpiredEffect, IntentConflict, Refusal};
+use ledger_client::{ClientError, DispatchResult, EffectOutcome, EffectRunner, RunError};
+use ledger_core::{Declaration, EffectKey, ExpiredEffect, IntentConflict, Refusal};
 
 use crate::meta::{AMEND, SEQUENCE};
 
@@ -196,4 +196,40 @@ pub fn committed_body(key: &EffectKey, receipt: &Value, replayed: bool) -> Value
         },
         "receipt": receipt,
     })
+}
+
+/// Replaces the stored arguments of `declaration`'s effect with its own, as the runtime
+/// asked (`_meta` amend). The answer when the ledger refuses: a tool error saying why
+/// (the effect may already have happened); `None` when the effect now carries these
+/// arguments, or was never declared (the claim declares it).
+pub async fn amend(
+    runner: &EffectRunner,
+    declaration: &Declaration,
+) -> Result<Option<CallToolResult>, ErrorData> {
+    let key = &declaration.key;
+    match runner.amend(declaration).await {
+        Ok(_) | Err(ClientError::Refused(Refusal::UnknownEffect(_))) => Ok(None),
+        Err(ClientError::Refused(Refusal::AmendNotAllowed { state, escalated })) => {
+            Ok(Some(failure(json!({
+                "effect": { "key": key.to_string(), "outcome": "amend_refused" },
+                "detail": format!(
+                    "the effect is {state}{}: it may already have happened, so its \
+                     arguments can no longer change",
+                    if escalated { " and escalated" } else { "" }
+                ),
+                "advice": format!(
+                    "call again without amend to learn its outcome; for a further, \
+                     separate effect use a new _meta {SEQUENCE}"
+                ),
+            }))))
+        }
+        Err(ClientError::Refused(Refusal::Conflict(c))) => {
+            Ok(Some(failure(conflict_body(key, &c))))
+        }
+        Err(ClientError::Refused(r)) => Err(refusal(key, &r)),
+        Err(e) => Err(ErrorData::internal_error(
+            format!("the ledger could not be reached: {e}; nothing was sent"),
+            None,
+        )),
+    }
 }

@@ -1,0 +1,79 @@
+//! `ledger-mcp-gateway --config <file> [--listen ip:port] [--instance name]`: protect the
+//! upstream MCP servers the file names until SIGINT or SIGTERM. Prints `listening <addr>`
+//! on stdout once bound, so scripts can use port 0. `--help` lists the flags; each also
+//! reads an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use ledger_mcp_gateway::{bind, serve, GatewayConfig};
+
+/// An MCP gateway (Streamable HTTP; MCP 2026-07-28 and 2025-11-25) that runs every
+/// mutating tools/call of its upstream MCP servers through the effect ledger.
+#[derive(Debug, Parser)]
+#[command(name = "ledger-mcp-gateway", version)]
+struct Cli {
+    /// The gateway's TOML configuration (gateway/src/config.rs documents every field).
+    #[arg(long, env = "LEDGER_GATEWAY_CONFIG", value_name = "FILE")]
+    config: PathBuf,
+    /// Where to listen, instead of the file's `listen_addr` (port 0 picks one).
+    #[arg(long, env = "LEDGER_GATEWAY_LISTEN", value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
+    /// This instance's name (the holder of its attempts), instead of the file's.
+    #[arg(long, env = "LEDGER_GATEWAY_INSTANCE", value_name = "NAME")]
+    instance: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ledger-mcp-gateway: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = GatewayConfig::load(&cli.config, cli.listen, cli.instance)?;
+    if let Some(addr) = config.metrics_listen_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| anyhow::anyhow!("metrics endpoint on {addr}: {e}"))?;
+        ledger_mcp::metrics::describe();
+        tracing::info!("metrics served at http://{addr}/metrics");
+    }
+    let (listener, addr) = bind(&config).await?;
+    tracing::info!(instance = %config.instance, %addr, "serving MCP");
+    println!("listening {addr}");
+    serve(config, listener, shutdown()).await?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

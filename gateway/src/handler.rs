@@ -1,0 +1,517 @@
+//! The gateway's MCP handler: what clients see of the upstreams.
+//!
+//! `tools/list` merges the upstreams' lists: each protected tool's schema rewritten (its
+//! key argument added, its provider-key argument removed, the operator's policy in its
+//! description), read-only tools as they are, unlisted tools hidden unless the operator
+//! lets them pass. `tools/call` of a protected tool runs through the ledger
+//! ([`crate::protect`]); everything else is passed to the upstream untouched.
+//! Resources and prompts are those of the first upstream.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorData, GetPromptRequestParams, GetPromptResponse,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ServerCapabilities,
+    ServerConfig as McpServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+use ledger_client::policy_file::{describe, ToolHints};
+use ledger_client::{PolicyFile, RunOptions};
+use ledger_core::{ReplayClass, ToolPolicy};
+use ledger_mcp::tenants::{Tenant, Tenants};
+
+use crate::config::{GatewayConfig, ToolConfig, Unlisted};
+use crate::lookup::UpstreamLookup;
+use crate::protect::{forwarded_meta, request_meta, Protected};
+use crate::upstream::{to_mcp_error, Upstream};
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The policy file could not be loaded.
+    #[error(transparent)]
+    Policies(#[from] ledger_client::policy_file::PolicyFileError),
+    /// The ledger client could not be made.
+    #[error(transparent)]
+    Ledger(#[from] ledger_client::ClientError),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {message}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// One instance's state.
+pub(crate) struct Inner {
+    pub config: GatewayConfig,
+    tenants: Tenants,
+    policies: PolicyFile,
+    upstreams: Vec<Arc<Upstream>>,
+    lookups: HashMap<String, UpstreamLookup>,
+    /// Which upstream lists each tool, as last listed.
+    routes: RwLock<HashMap<String, usize>>,
+}
+
+/// The gateway's MCP handler; cheap to clone (one per request).
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+/// The description a client reads for an argument the gateway adds.
+const KEY_ARGUMENT_HELP: &str = "Identifies this effect: choose a new value for each thing \
+    you intend to do, and send the same value again when you retry it. A retry with the same \
+    value never does the thing twice.";
+
+/// `tool` as clients see it behind the gateway.
+pub fn rewrite(mut tool: Tool, config: &ToolConfig, policy: Option<&ToolPolicy>) -> Tool {
+    let mut schema = (*tool.input_schema).clone();
+    let mut properties = schema
+        .remove("properties")
+        .and_then(|p| p.as_object().cloned())
+        .unwrap_or_default();
+    let mut required: Vec<Value> = schema
+        .remove("required")
+        .and_then(|r| r.as_array().cloned())
+        .unwrap_or_default();
+    if let Some(name) = &config.provider_key_argument {
+        properties.remove(name);
+        required.retain(|r| r.as_str() != Some(name));
+    }
+    if let Some(name) = &config.key_argument {
+        properties.insert(
+            name.clone(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "maxLength": ledger_core::limits::NAME_BYTES_MAX,
+                "description": KEY_ARGUMENT_HELP,
+            }),
+        );
+        if !required.iter().any(|r| r.as_str() == Some(name)) {
+            required.push(json!(name));
+        }
+    }
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    tool.input_schema = Arc::new(schema);
+    let hints = tool
+        .annotations
+        .as_ref()
+        .map(|a| ToolHints {
+            read_only: a.read_only_hint,
+            destructive: a.destructive_hint,
+            idempotent: a.idempotent_hint,
+            open_world: a.open_world_hint,
+        })
+        .unwrap_or_default();
+    let line = match policy {
+        Some(p) => format!("[effect ledger: {}]", describe(p, &hints)),
+        None => "[effect ledger: no operator policy; calls are refused]".into(),
+    };
+    let description = match tool.description.as_deref() {
+        Some(d) if !d.is_empty() => format!("{d}\n\n{line}"),
+        _ => line,
+    };
+    tool.description = Some(Cow::Owned(description));
+    tool
+}
+
+impl Gateway {
+    /// A handler for `config`: loads the operator's policies and prepares a ledger client
+    /// per tenant and a connection per upstream (made on first use).
+    pub fn new(config: GatewayConfig) -> Result<Self, StartError> {
+        let policies = PolicyFile::load(&config.policy_file)?;
+        let tenants = Tenants::connect(
+            &config.tenants,
+            &config.ledger_endpoints,
+            config.ledger_tls.as_ref(),
+            &config.instance,
+            RunOptions {
+                lease_ms: config.lease_ms,
+                ..RunOptions::default()
+            },
+        )?;
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .map(|u| Arc::new(Upstream::new(u.clone())))
+            .collect();
+        let upstream_of = |name: &str| {
+            upstreams
+                .iter()
+                .find(|u| u.name() == name)
+                .cloned()
+                .expect("the configuration names known upstreams")
+        };
+        let lookups = config
+            .tools
+            .iter()
+            .filter_map(|t| {
+                let lookup = t.lookup.clone()?;
+                Some((
+                    t.name.clone(),
+                    UpstreamLookup::new(upstream_of(&t.upstream), lookup),
+                ))
+            })
+            .collect();
+        for tool in &config.tools {
+            let name = tool.ledger_name();
+            if !config
+                .tenants
+                .iter()
+                .any(|t| policies.policy(&t.name, &name).is_some())
+            {
+                tracing::warn!(
+                    tool = %tool.name, policy = %name,
+                    "no tenant has a policy for this tool: its calls are refused"
+                );
+            }
+        }
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                config,
+                tenants,
+                policies,
+                upstreams,
+                lookups,
+                routes: RwLock::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    fn tenant(&self, context: &RequestContext<RoleServer>) -> Option<&Tenant> {
+        self.tenants
+            .by_bearer(context.extensions.get::<http::request::Parts>())
+    }
+
+    fn upstream(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.name() == name)
+    }
+
+    fn primary(&self) -> &Arc<Upstream> {
+        &self.upstreams[0]
+    }
+
+    async fn list(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tenant = self.tenant(context).unwrap_or(self.tenants.first());
+        let mut tools = Vec::new();
+        let mut routes = HashMap::new();
+        let mut failures = Vec::new();
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            let listed = match upstream.list_tools().await {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::warn!(upstream = upstream.name(), error = %e, "cannot list tools");
+                    failures.push(e);
+                    continue;
+                }
+            };
+            for tool in listed {
+                let name = tool.name.to_string();
+                match self.config.tool(&name) {
+                    Some(config) if config.upstream == upstream.name() => {
+                        let policy = self.policies.policy(&tenant.name, &config.ledger_name());
+                        let read_only = policy.is_some_and(|p| p.class == ReplayClass::ReadOnly);
+                        tools.push(if read_only {
+                            tool
+                        } else {
+                            rewrite(tool, config, policy)
+                        });
+                    }
+                    Some(_) => continue,
+                    None if self.config.unlisted_tools == Unlisted::Pass => tools.push(tool),
+                    None => continue,
+                }
+                routes.entry(name).or_insert(i);
+            }
+        }
+        if failures.len() == self.upstreams.len() {
+            return Err(to_mcp_error(failures.remove(0)));
+        }
+        *self.routes.write().unwrap_or_else(|p| p.into_inner()) = routes;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    /// The upstream of a tool no entry names, from the last listing (made now if the
+    /// tool is not in it).
+    async fn route(&self, name: &str, context: &RequestContext<RoleServer>) -> Option<usize> {
+        let known = |inner: &Inner| {
+            inner
+                .routes
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+                .copied()
+        };
+        if let Some(i) = known(self) {
+            return Some(i);
+        }
+        self.list(context).await.ok()?;
+        known(self)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tenant = self.tenant(&context).ok_or_else(|| {
+            ErrorData::invalid_request("no or unknown bearer token: the tenant is unknown", None)
+        })?;
+        let arguments_bytes = request.arguments.as_ref().map_or(0, |a| {
+            serde_json::to_string(a).map_or(usize::MAX, |s| s.len())
+        });
+        if arguments_bytes > self.config.arguments_bytes_max {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "arguments are {arguments_bytes} bytes, more than the limit of {}",
+                    self.config.arguments_bytes_max
+                ),
+                None,
+            ));
+        }
+        let Some(tool) = self.config.tool(&request.name) else {
+            let unknown = || {
+                ErrorData::invalid_params(
+                    format!(
+                        "unknown tool {:?}; tools/list names the tools",
+                        request.name
+                    ),
+                    None,
+                )
+            };
+            if self.config.unlisted_tools == Unlisted::Refuse {
+                return Err(unknown());
+            }
+            let i = self
+                .route(&request.name, &context)
+                .await
+                .ok_or_else(unknown)?;
+            return pass(&self.upstreams[i], request, &context).await;
+        };
+        let upstream = self
+            .upstream(&tool.upstream)
+            .expect("the configuration names known upstreams");
+        let policy = self
+            .policies
+            .policy(&tenant.name, &tool.ledger_name())
+            .ok_or_else(|| {
+                ErrorData::internal_error(
+                    format!(
+                        "no operator policy for {} (tenant {}); the tool stays off",
+                        tool.ledger_name(),
+                        tenant.name
+                    ),
+                    None,
+                )
+            })?;
+        if policy.class == ReplayClass::ReadOnly {
+            return pass(upstream, request, &context).await;
+        }
+        let headers = context
+            .extensions
+            .get::<http::request::Parts>()
+            .map(|p| &p.headers);
+        Protected {
+            inner: self,
+            tenant,
+            tool,
+            upstream,
+            lookup: self
+                .lookups
+                .get(&tool.name)
+                .map(|l| l as &dyn ledger_client::reconcile::ProviderAdapter),
+            policy,
+            headers,
+            meta: request_meta(&context, request.meta.as_ref()),
+        }
+        .call(request)
+        .await
+    }
+}
+
+/// Passes a call to `upstream` untouched (but the protocol's own `_meta`, which the
+/// gateway's connection sets).
+async fn pass(
+    upstream: &Arc<Upstream>,
+    mut request: CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, ErrorData> {
+    let kept = forwarded_meta(&request_meta(context, request.meta.take().as_ref()));
+    if !kept.is_empty() {
+        request.meta = Some(RequestMetaObject(MetaObject(kept)));
+    }
+    upstream.call_tool(request).await.map_err(to_mcp_error)
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> McpServerConfig {
+        McpServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "ledger-mcp-gateway",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_protocol_version(ProtocolVersion::V_2026_07_28)
+        .with_instructions(
+            "Tools that change the world run through the effect ledger: a retry of the same \
+             effect never does it twice. Name each effect by _meta \
+             dev.effect-ledger/effect-key (or workflow-id and turn-id), by the key argument \
+             a tool's schema asks for, or by the conversation header the operator set.",
+        )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Owned(vec![
+            ProtocolVersion::V_2026_07_28,
+            ProtocolVersion::V_2025_11_25,
+        ])
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.inner.list(&context).await
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let answer = self.inner.call_tool(request, context).await;
+        ledger_mcp::metrics::count_call(&name, &answer);
+        if let Err(e) = &answer {
+            tracing::info!(tool = %name, error = %e.message, "refused");
+        }
+        answer
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.inner
+            .primary()
+            .forward(|s| async move { s.list_resources(request).await })
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.inner
+            .primary()
+            .forward(|s| async move { s.list_resource_templates(request).await })
+            .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.inner
+            .primary()
+            .forward(|s| async move { s.read_resource_once(request).await })
+            .await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.inner
+            .primary()
+            .forward(|s| async move { s.list_prompts(request).await })
+            .await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.inner
+            .primary()
+            .forward(|s| async move { s.get_prompt_once(request).await })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool() -> Tool {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "order_id": { "type": "string" },
+                "amount_cents": { "type": "integer" },
+                "idempotency_key": { "type": "string" },
+            },
+            "required": ["order_id", "amount_cents", "idempotency_key"],
+        });
+        Tool::new(
+            "refund",
+            "Refunds an order.",
+            Arc::new(schema.as_object().cloned().unwrap()),
+        )
+    }
+
+    #[test]
+    fn a_protected_schema_asks_for_the_key_and_hides_the_provider_key() {
+        let config: ToolConfig = toml::from_str(
+            r#"
+            name = "refund"
+            upstream = "shop"
+            key_argument = "request_id"
+            provider_key_argument = "idempotency_key"
+            "#,
+        )
+        .unwrap();
+        let policy = ToolPolicy::for_class(ReplayClass::KeyedIdempotent);
+        let rewritten = rewrite(tool(), &config, Some(&policy));
+        let schema = Value::Object((*rewritten.input_schema).clone());
+        assert!(schema["properties"]["request_id"].is_object());
+        assert!(schema["properties"].get("idempotency_key").is_none());
+        assert_eq!(
+            schema["required"],
+            json!(["order_id", "amount_cents", "request_id"])
+        );
+        let description = rewritten.description.unwrap();
+        assert!(description.starts_with("Refunds an order."));
+        assert!(description.contains("keyed_idempotent"), "{description}");
+    }
+}

@@ -1,0 +1,539 @@
+//! A protected `tools/call`: identity, claim, the upstream call, what its answer proves,
+//! and the answer to the client.
+//!
+//! Checks run in an order that stores nothing until all of them passed: `_meta`, tenant,
+//! arguments, target, identity. Then the effect runs through
+//! [`ledger_client::EffectRunner`]: claimed before the upstream hears of it, the upstream
+//! called with the effect's provider key, the answer sorted (committed, proven not to have
+//! acted, or unknown) and reported; an unknown outcome is settled by the tool's look-up
+//! before anything is sent again.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, JsonObject, MetaObject,
+    RequestMetaObject,
+};
+use serde_json::{json, Map, Value};
+
+use ledger_client::reconcile::ProviderAdapter;
+use ledger_client::{target_of, DispatchResult, EffectCall, EffectOutcome};
+use ledger_core::{Authority, Declaration, EffectKey, ToolName, ToolPolicy, ToolRef};
+use ledger_mcp::meta::LedgerMeta;
+use ledger_mcp::reply::{failure, finish, Finished};
+use ledger_mcp::tenants::Tenant;
+
+use crate::config::{BeforeEffect, ToolConfig};
+use crate::handler::Inner;
+use crate::identity::{resolve, Identity, Offered};
+use crate::receipt::{answer_from, receipt_of, receipt_of_task, text_of};
+use crate::upstream::{Upstream, UpstreamError};
+
+/// The `_meta` field of every answer to a protected call: the effect, how the call ended
+/// and what a retry does.
+pub const EFFECT_META: &str = "dev.effect-ledger/effect";
+
+/// `_meta` prefixes never passed to an upstream: the ledger's own fields, and the
+/// protocol fields the gateway's own connection sets.
+const NOT_FORWARDED: [&str; 2] = [ledger_mcp::meta::PREFIX, "io.modelcontextprotocol/"];
+
+/// The request `_meta` an upstream gets: the caller's, less what is not forwarded.
+pub fn forwarded_meta(meta: &Map<String, Value>) -> Map<String, Value> {
+    meta.iter()
+        .filter(|(k, _)| !NOT_FORWARDED.iter().any(|p| k.starts_with(p)) && *k != "progressToken")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Whether an `isError` result is one the upstream declares it gives only before acting.
+fn tool_error_before_effect(rule: &BeforeEffect, result: &CallToolResult) -> bool {
+    if rule.all_tool_errors {
+        return true;
+    }
+    let Some(pointer) = &rule.tool_error_pointer else {
+        return false;
+    };
+    result
+        .structured_content
+        .as_ref()
+        .and_then(|body| body.pointer(pointer))
+        .is_some_and(|value| rule.tool_error_values.contains(value))
+}
+
+/// What an upstream's answer to a dispatched call proves.
+pub fn classify(
+    rule: &BeforeEffect,
+    answer: &Result<CallToolResponse, UpstreamError>,
+) -> DispatchResult {
+    match answer {
+        Ok(CallToolResponse::Complete(result)) if result.is_error != Some(true) => {
+            DispatchResult::Committed {
+                receipt: receipt_of(result),
+            }
+        }
+        Ok(CallToolResponse::Complete(result)) if tool_error_before_effect(rule, result) => {
+            DispatchResult::NotCommitted {
+                proof: format!(
+                    "the upstream answered a tool error it declares before effect: {}",
+                    text_of(result)
+                ),
+            }
+        }
+        Ok(CallToolResponse::Complete(result)) => DispatchResult::Unknown {
+            reason: format!(
+                "the upstream answered a tool error not declared before effect: {}",
+                text_of(result)
+            ),
+        },
+        Ok(CallToolResponse::InputRequired(_)) => DispatchResult::NotCommitted {
+            proof: "the upstream asked for input (input_required) before acting".into(),
+        },
+        Ok(CallToolResponse::Task(task)) => DispatchResult::Committed {
+            receipt: receipt_of_task(task),
+        },
+        Ok(_) => DispatchResult::Unknown {
+            reason: "the upstream answered a kind of result this gateway does not know".into(),
+        },
+        Err(e @ UpstreamError::NotSent { .. }) => DispatchResult::NotCommitted {
+            proof: e.to_string(),
+        },
+        Err(e @ UpstreamError::Rpc { error, .. }) if rule.jsonrpc_codes.contains(&error.code.0) => {
+            DispatchResult::NotCommitted {
+                proof: format!("{e} (a code the upstream answers before acting)"),
+            }
+        }
+        Err(e) => DispatchResult::Unknown {
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// What a protected call runs against.
+pub(crate) struct Protected<'a> {
+    pub inner: &'a Inner,
+    pub tenant: &'a Tenant,
+    pub tool: &'a ToolConfig,
+    pub upstream: &'a Arc<Upstream>,
+    pub lookup: Option<&'a dyn ProviderAdapter>,
+    pub policy: &'a ToolPolicy,
+    pub headers: Option<&'a http::HeaderMap>,
+    /// The request's `_meta` (see [`request_meta`]).
+    pub meta: Map<String, Value>,
+}
+
+/// A request's `_meta`: rmcp hands it over in the request context and, depending on the
+/// protocol era, in the parameters as well; both are read.
+pub fn request_meta(
+    context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+    params: Option<&RequestMetaObject>,
+) -> Map<String, Value> {
+    let mut meta = context.meta.0 .0.clone();
+    if let Some(params) = params {
+        meta.extend(params.0 .0.clone());
+    }
+    meta
+}
+
+fn invalid(message: impl Into<String>) -> ErrorData {
+    ErrorData::invalid_params(message.into(), None)
+}
+
+/// A tool error that stored and sent nothing.
+fn refused(tool: &str, outcome: &str, detail: String, advice: &str) -> CallToolResponse {
+    failure(json!({
+        "effect": { "tool": tool, "outcome": outcome },
+        "detail": detail,
+        "advice": advice,
+    }))
+    .into()
+}
+
+impl Protected<'_> {
+    fn header<'s>(&'s self, name: &'s Option<String>) -> Option<(&'s str, Option<&'s str>)> {
+        name.as_deref().map(|n| {
+            let value = self
+                .headers
+                .and_then(|h| h.get(n))
+                .and_then(|v| v.to_str().ok());
+            (n, value)
+        })
+    }
+
+    /// Runs the call.
+    pub async fn call(
+        &self,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let config = &self.inner.config;
+        let request_meta = &self.meta;
+        let meta = LedgerMeta::from_meta(request_meta).map_err(|e| invalid(e.to_string()))?;
+        if let Some(claimed) = meta.tenant.as_deref().filter(|t| *t != self.tenant.name) {
+            return Err(invalid(format!(
+                "wrong tenant: _meta names {claimed:?}, the token belongs to {:?}",
+                self.tenant.name
+            )));
+        }
+        let mut arguments = request.arguments.clone().unwrap_or_default();
+        let key_value = self
+            .tool
+            .key_argument
+            .as_ref()
+            .and_then(|name| arguments.remove(name));
+        if let Some(name) = &self.tool.provider_key_argument {
+            // The gateway alone sets it.
+            arguments.remove(name);
+        }
+        let intent_json = Value::Object(arguments.clone()).to_string();
+        let ledger_tool = self.tool.ledger_name();
+        let target = target_of(&intent_json, &self.policy.target_fields)
+            .map_err(|e| invalid(format!("effect target: {e}")))?;
+        let offered = Offered {
+            tenant: &self.tenant.name,
+            namespace: &config.namespace,
+            tool: &ledger_tool,
+            meta: &meta,
+            key_argument: self
+                .tool
+                .key_argument
+                .as_deref()
+                .map(|name| (name, key_value.as_ref())),
+            derive: self.tool.derive_key,
+            conversation: self.header(&config.conversation_header),
+            turn: self.header(&config.turn_header),
+            target: target.as_deref(),
+        };
+        let identity = match resolve(&offered) {
+            Ok(identity) => identity,
+            Err(e) => {
+                return Ok(refused(
+                    &self.tool.name,
+                    "no_identity",
+                    e.to_string(),
+                    "call again with one of the fields named; a retry of the same effect \
+                     must carry the same one",
+                ))
+            }
+        };
+        let declaration = declaration(
+            &identity,
+            &ledger_tool,
+            &self.tenant.name,
+            target,
+            intent_json,
+        );
+        if meta.amend {
+            if let Some(refused) =
+                ledger_mcp::reply::amend(&self.tenant.runner, &declaration).await?
+            {
+                return Ok(refused.into());
+            }
+        }
+        let mut forwarded = arguments;
+        if self.tool.forward_key_argument {
+            if let (Some(name), Some(value)) = (&self.tool.key_argument, key_value) {
+                forwarded.insert(name.clone(), value);
+            }
+        }
+        let template = Dispatch {
+            name: request.name.to_string(),
+            arguments: forwarded,
+            meta: forwarded_meta(request_meta),
+            request_state: request.request_state.clone(),
+            input_responses: request.input_responses.clone(),
+        };
+        self.run(&identity, declaration, template).await
+    }
+
+    async fn run(
+        &self,
+        identity: &Identity,
+        declaration: Declaration,
+        template: Dispatch,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let key = declaration.key.clone();
+        let last: Mutex<Option<CallToolResponse>> = Mutex::new(None);
+        let mut effect = self
+            .tenant
+            .runner
+            .effect(EffectCall {
+                declaration,
+                confirmation: None,
+            })
+            .wait_in_flight(self.inner.config.wait_in_flight_ms);
+        if let Some(lookup) = self.lookup {
+            effect = effect.reconcile_with(lookup);
+        }
+        let result = effect
+            .run(|attempt| {
+                let params = template.params(self.tool, &attempt.provider_key);
+                let last = &last;
+                async move {
+                    let answer = self.upstream.call_tool(params).await;
+                    let proven = classify(&self.tool.before_effect, &answer);
+                    if let Ok(response) = answer {
+                        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(response);
+                    }
+                    proven
+                }
+            })
+            .await;
+        let last = last.into_inner().unwrap_or_else(|p| p.into_inner());
+        let source = identity.source.as_str();
+        let response = match (&result, last) {
+            (Ok(EffectOutcome::Done { receipt }), last) => {
+                let response = last.unwrap_or_else(|| answer_from(receipt));
+                return Ok(marked(response, &key, "done", source, DONE_ADVICE));
+            }
+            (Ok(EffectOutcome::Replayed { receipt }), _) => {
+                return Ok(marked(
+                    answer_from(receipt),
+                    &key,
+                    "replayed",
+                    source,
+                    DONE_ADVICE,
+                ));
+            }
+            (
+                Ok(EffectOutcome::FailedBeforeEffect { .. }),
+                Some(response @ CallToolResponse::InputRequired(_)),
+            ) => return Ok(response),
+            (Ok(EffectOutcome::FailedBeforeEffect { .. }), Some(CallToolResponse::Complete(r)))
+                if r.is_error == Some(true) =>
+            {
+                return Ok(marked(
+                    r.into(),
+                    &key,
+                    "failed_before_effect",
+                    source,
+                    "nothing took effect; correct the request before calling again",
+                ));
+            }
+            _ => finish(&key, result)?,
+        };
+        Ok(match response {
+            Finished::Committed { receipt, replayed } => {
+                let outcome = if replayed { "replayed" } else { "done" };
+                marked(
+                    answer_from(&receipt.to_string()),
+                    &key,
+                    outcome,
+                    source,
+                    DONE_ADVICE,
+                )
+            }
+            Finished::NotCommitted(mut body) => {
+                body["effect"]["source"] = json!(source);
+                failure(body).into()
+            }
+        })
+    }
+}
+
+const DONE_ADVICE: &str = "the effect is committed; a retry with the same identity answers \
+                           this result again and sends nothing";
+
+/// `response` with the effect's key, outcome, identity source and advice in its `_meta`.
+fn marked(
+    response: CallToolResponse,
+    key: &EffectKey,
+    outcome: &str,
+    source: &str,
+    advice: &str,
+) -> CallToolResponse {
+    let note = json!({
+        "key": key.to_string(),
+        "outcome": outcome,
+        "identity": source,
+        "advice": advice,
+    });
+    match response {
+        CallToolResponse::Complete(mut result) => {
+            let mut meta = result.meta.take().map(|m| m.0).unwrap_or_default();
+            // The upstream's protocol fields describe the upstream, not the gateway.
+            meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+            meta.insert(EFFECT_META.into(), note);
+            result.meta = Some(MetaObject(meta));
+            CallToolResponse::Complete(result)
+        }
+        other => other,
+    }
+}
+
+fn declaration(
+    identity: &Identity,
+    tool: &ToolName,
+    tenant: &str,
+    target: Option<String>,
+    intent_json: String,
+) -> Declaration {
+    Declaration {
+        key: identity.key.clone(),
+        workflow_id: identity.workflow_id.clone(),
+        tool: ToolRef {
+            provider: tool.provider.clone(),
+            name: tool.name.clone(),
+            contract_version: "v1".into(),
+        },
+        authority: Authority {
+            principal: format!("agent:{tenant}"),
+            policy_generation: 1,
+        },
+        // A tool whose policy names no target acts on nothing narrower than itself.
+        target: target.unwrap_or_else(|| tool.to_string()),
+        intent_json,
+    }
+}
+
+/// What every dispatch of one call sends, but the provider key.
+struct Dispatch {
+    name: String,
+    arguments: JsonObject,
+    meta: Map<String, Value>,
+    request_state: Option<String>,
+    input_responses: Option<rmcp::model::InputResponses>,
+}
+
+impl Dispatch {
+    /// The upstream request of an attempt whose provider key is `provider_key`.
+    fn params(&self, tool: &ToolConfig, provider_key: &str) -> CallToolRequestParams {
+        let mut arguments = self.arguments.clone();
+        if let Some(name) = &tool.provider_key_argument {
+            arguments.insert(name.clone(), json!(provider_key));
+        }
+        let mut meta = self.meta.clone();
+        if let Some(name) = &tool.provider_key_meta {
+            meta.insert(name.clone(), json!(provider_key));
+        }
+        let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
+        if !meta.is_empty() {
+            params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        params.request_state = self.request_state.clone();
+        params.input_responses = self.input_responses.clone();
+        params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ContentBlock;
+
+    fn rule() -> BeforeEffect {
+        BeforeEffect {
+            tool_error_pointer: Some("/error".into()),
+            tool_error_values: vec![json!("invalid_amount")],
+            ..BeforeEffect::default()
+        }
+    }
+
+    fn error_result(body: Value) -> CallToolResponse {
+        let mut r = CallToolResult::structured_error(body);
+        r.content = vec![ContentBlock::text("it failed")];
+        r.into()
+    }
+
+    #[test]
+    fn only_declared_failures_prove_that_nothing_happened() {
+        let committed = Ok(CallToolResult::structured(json!({ "id": 1 })).into());
+        assert!(matches!(
+            classify(&rule(), &committed),
+            DispatchResult::Committed { .. }
+        ));
+        let declared = Ok(error_result(json!({ "error": "invalid_amount" })));
+        assert!(matches!(
+            classify(&rule(), &declared),
+            DispatchResult::NotCommitted { .. }
+        ));
+        let undeclared = Ok(error_result(json!({ "error": "database timeout" })));
+        assert!(matches!(
+            classify(&rule(), &undeclared),
+            DispatchResult::Unknown { .. }
+        ));
+        let all = BeforeEffect {
+            all_tool_errors: true,
+            ..BeforeEffect::default()
+        };
+        assert!(matches!(
+            classify(&all, &undeclared),
+            DispatchResult::NotCommitted { .. }
+        ));
+    }
+
+    #[test]
+    fn transport_failures_are_unknown_unless_nothing_was_sent() {
+        let upstream = || "shop".to_string();
+        let not_sent = Err(UpstreamError::NotSent {
+            upstream: upstream(),
+            detail: "connection refused".into(),
+        });
+        assert!(matches!(
+            classify(&rule(), &not_sent),
+            DispatchResult::NotCommitted { .. }
+        ));
+        let lost = Err(UpstreamError::Lost {
+            upstream: upstream(),
+            detail: "no answer within 2s".into(),
+        });
+        assert!(matches!(
+            classify(&rule(), &lost),
+            DispatchResult::Unknown { .. }
+        ));
+        let invalid = Err(UpstreamError::Rpc {
+            upstream: upstream(),
+            error: ErrorData::invalid_params("amount missing", None),
+        });
+        assert!(matches!(
+            classify(&rule(), &invalid),
+            DispatchResult::NotCommitted { .. }
+        ));
+        let internal = Err(UpstreamError::Rpc {
+            upstream: upstream(),
+            error: ErrorData::internal_error("boom", None),
+        });
+        assert!(matches!(
+            classify(&rule(), &internal),
+            DispatchResult::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn the_ledgers_and_the_protocols_meta_stay_at_the_gateway() {
+        let meta = json!({
+            "dev.effect-ledger/effect-key": "k",
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "progressToken": 3,
+            "shop.example/trace": "t-1",
+        });
+        let kept = forwarded_meta(meta.as_object().unwrap());
+        assert_eq!(Value::Object(kept), json!({ "shop.example/trace": "t-1" }));
+    }
+
+    #[test]
+    fn each_attempt_carries_the_provider_key_where_the_upstream_wants_it() {
+        let tool: ToolConfig = toml::from_str(
+            r#"
+            name = "create_ticket"
+            upstream = "shop"
+            provider_key_meta = "shop.example/external-ref"
+            provider_key_argument = "external_ref"
+            "#,
+        )
+        .unwrap();
+        let dispatch = Dispatch {
+            name: "create_ticket".into(),
+            arguments: json!({ "subject": "s" }).as_object().cloned().unwrap(),
+            meta: Map::new(),
+            request_state: None,
+            input_responses: None,
+        };
+        let params = dispatch.params(&tool, "pk-9");
+        let args = params.arguments.unwrap();
+        assert_eq!(args["external_ref"], "pk-9");
+        assert_eq!(args["subject"], "s");
+        assert_eq!(
+            params.meta.unwrap().0 .0["shop.example/external-ref"],
+            "pk-9"
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! The gateway's connection to one upstream MCP server, as an MCP client of either era.
+//!
+//! The connection is made on first use with rmcp's auto lifecycle: `server/discover`
+//! (MCP 2026-07-28, stateless) and, when the upstream is older, the 2025-11-25
+//! `initialize` handshake. A connection that broke is made again on the next request.
+//!
+//! What matters for the ledger is what a failed request proves, so every failure is
+//! sorted: [`UpstreamError::NotSent`] (the request provably never reached the upstream),
+//! [`UpstreamError::Rpc`] (the upstream answered with a JSON-RPC error) and
+//! [`UpstreamError::Lost`] (it may have arrived and acted; the answer is unknown).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ErrorData,
+    Implementation, ProtocolVersion, Tool,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientHandler, RoleClient};
+use tokio::sync::Mutex;
+
+use crate::config::UpstreamConfig;
+
+/// The gateway as a client of its upstreams.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayClient;
+
+impl ClientHandler for GatewayClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("ledger-mcp-gateway", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// A live connection to an upstream.
+pub type Session = RunningService<RoleClient, GatewayClient>;
+
+/// Why a request to an upstream did not get a result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// The request never left: the upstream could not be reached.
+    #[error("upstream {upstream} unreachable, nothing was sent: {detail}")]
+    NotSent {
+        /// The upstream.
+        upstream: String,
+        /// Why.
+        detail: String,
+    },
+    /// The upstream answered with a JSON-RPC error.
+    #[error("upstream {upstream} answered with error {}: {}", .error.code.0, .error.message)]
+    Rpc {
+        /// The upstream.
+        upstream: String,
+        /// Its error.
+        error: ErrorData,
+    },
+    /// The request may have reached the upstream; no answer came back.
+    #[error("upstream {upstream} gave no answer: {detail}")]
+    Lost {
+        /// The upstream.
+        upstream: String,
+        /// What happened.
+        detail: String,
+    },
+}
+
+/// One upstream server.
+pub struct Upstream {
+    config: UpstreamConfig,
+    session: Mutex<Option<Arc<Session>>>,
+}
+
+/// Whether `error` or one of its sources says that a connection was refused or the
+/// address could not be reached: the request cannot have been sent.
+fn never_connected(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionRefused | AddrNotAvailable | NetworkUnreachable | HostUnreachable
+            ) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+impl Upstream {
+    /// An upstream, not connected yet.
+    pub fn new(config: UpstreamConfig) -> Self {
+        Upstream {
+            config,
+            session: Mutex::new(None),
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn not_sent(&self, detail: String) -> UpstreamError {
+        UpstreamError::NotSent {
+            upstream: self.config.name.clone(),
+            detail,
+        }
+    }
+
+    fn lost(&self, detail: String) -> UpstreamError {
+        UpstreamError::Lost {
+            upstream: self.config.name.clone(),
+            detail,
+        }
+    }
+
+    /// The live connection, made now if there is none. A failure to connect proves that
+    /// nothing of the request it was for was sent.
+    pub async fn session(&self) -> Result<Arc<Session>, UpstreamError> {
+        let mut slot = self.session.lock().await;
+        if let Some(session) = slot.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(session.clone());
+        }
+        let mut headers = HashMap::new();
+        for (name, value) in &self.config.headers {
+            let name = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| self.not_sent(format!("header {name}: {e}")))?;
+            let value = http::HeaderValue::from_str(value)
+                .map_err(|e| self.not_sent(format!("header {name}: {e}")))?;
+            headers.insert(name, value);
+        }
+        let mut transport_config =
+            StreamableHttpClientTransportConfig::with_uri(self.config.url.clone())
+                .custom_headers(headers);
+        transport_config.max_concurrent_requests = self.config.concurrency;
+        let transport = StreamableHttpClientTransport::from_config(transport_config);
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        };
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        let session = tokio::time::timeout(
+            timeout,
+            GatewayClient.serve_with_lifecycle(transport, lifecycle),
+        )
+        .await
+        .map_err(|_| self.not_sent(format!("no handshake within {timeout:?}")))?
+        .map_err(|e| self.not_sent(e.to_string()))?;
+        tracing::info!(upstream = %self.config.name, "connected");
+        let session = Arc::new(session);
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Forgets a connection that broke, so the next request makes a new one.
+    async fn forget(&self, broken: &Arc<Session>) {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, broken)) {
+            *slot = None;
+        }
+    }
+
+    /// Sorts the failure of a request that was handed to the connection.
+    async fn failed(&self, session: &Arc<Session>, error: ServiceError) -> UpstreamError {
+        match error {
+            ServiceError::McpError(error) => UpstreamError::Rpc {
+                upstream: self.config.name.clone(),
+                error,
+            },
+            ServiceError::TransportSend(e) => {
+                self.forget(session).await;
+                if never_connected(&e) {
+                    self.not_sent(e.to_string())
+                } else {
+                    self.lost(e.to_string())
+                }
+            }
+            ServiceError::TransportClosed => {
+                self.forget(session).await;
+                self.lost("the connection closed".into())
+            }
+            other => self.lost(other.to_string()),
+        }
+    }
+
+    /// One `tools/call`, answered within the upstream's timeout.
+    pub async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResponse, UpstreamError> {
+        let session = self.session().await?;
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        match tokio::time::timeout(timeout, session.call_tool_once(params)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(self.failed(&session, e).await),
+            Err(_) => Err(self.lost(format!("no answer within {timeout:?}"))),
+        }
+    }
+
+    /// Every tool it lists.
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, UpstreamError> {
+        let session = self.session().await?;
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        match tokio::time::timeout(timeout, session.list_all_tools()).await {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(e)) => Err(self.failed(&session, e).await),
+            Err(_) => Err(self.lost(format!("no answer within {timeout:?}"))),
+        }
+    }
+
+    /// Runs `request` on the connection, within the timeout, for the requests the
+    /// gateway passes through untouched.
+    pub async fn forward<T, F, Fut>(&self, request: F) -> Result<T, ErrorData>
+    where
+        F: FnOnce(Arc<Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ServiceError>>,
+    {
+        let session = self.session().await.map_err(to_mcp_error)?;
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        match tokio::time::timeout(timeout, request(session.clone())).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(to_mcp_error(self.failed(&session, e).await)),
+            Err(_) => Err(to_mcp_error(
+                self.lost(format!("no answer within {timeout:?}")),
+            )),
+        }
+    }
+}
+
+/// The MCP error a client sees for an upstream failure of a request passed through.
+pub fn to_mcp_error(error: UpstreamError) -> ErrorData {
+    match error {
+        UpstreamError::Rpc { error, .. } => error,
+        other => ErrorData::internal_error(other.to_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_anywhere_in_the_chain_proves_nothing_was_sent() {
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "request failed")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = Wrapper(std::io::ErrorKind::ConnectionRefused.into());
+        let reset = Wrapper(std::io::ErrorKind::ConnectionReset.into());
+        assert!(never_connected(&refused));
+        assert!(!never_connected(&reset));
+    }
+}
