@@ -270,21 +270,38 @@ impl Protected<'_> {
                 async move {
                     let answer = self.upstream.call_tool(params).await;
                     let proven = classify(&self.tool.before_effect, &answer);
-                    if let Ok(response) = answer {
-                        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(response);
-                    }
+                    // What the latest dispatch answered, and nothing older.
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = answer.ok();
                     proven
                 }
             })
             .await;
         let last = last.into_inner().unwrap_or_else(|p| p.into_inner());
         let source = identity.source.as_str();
+        // Every answer but those `finish` makes (which counts them) is counted here.
+        let count = || ledger_mcp::metrics::count_effect(&result);
         let response = match (&result, last) {
-            (Ok(EffectOutcome::Done { receipt }), last) => {
-                let response = last.unwrap_or_else(|| answer_from(receipt));
+            // The upstream's own answer when it is what committed the effect; the receipt
+            // (what a look-up found, say) otherwise.
+            (
+                Ok(EffectOutcome::Done { .. }),
+                Some(response @ (CallToolResponse::Complete(_) | CallToolResponse::Task(_))),
+            ) if !matches!(&response, CallToolResponse::Complete(r) if r.is_error == Some(true)) => {
+                count();
                 return Ok(marked(response, &key, "done", source, DONE_ADVICE));
             }
+            (Ok(EffectOutcome::Done { receipt }), _) => {
+                count();
+                return Ok(marked(
+                    answer_from(receipt),
+                    &key,
+                    "done",
+                    source,
+                    DONE_ADVICE,
+                ));
+            }
             (Ok(EffectOutcome::Replayed { receipt }), _) => {
+                count();
                 return Ok(marked(
                     answer_from(receipt),
                     &key,
@@ -296,10 +313,14 @@ impl Protected<'_> {
             (
                 Ok(EffectOutcome::FailedBeforeEffect { .. }),
                 Some(response @ CallToolResponse::InputRequired(_)),
-            ) => return Ok(response),
+            ) => {
+                count();
+                return Ok(response);
+            }
             (Ok(EffectOutcome::FailedBeforeEffect { .. }), Some(CallToolResponse::Complete(r)))
                 if r.is_error == Some(true) =>
             {
+                count();
                 return Ok(marked(
                     r.into(),
                     &key,

@@ -4,8 +4,6 @@
 
 #![allow(dead_code)]
 
-pub mod ledger;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -20,7 +18,15 @@ use ledger_mcp_example::proxy::LossyProxy;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult};
 use serde_json::{json, Value};
 
-pub use ledger::{Cluster, GHOST_KEY, TENANT_KEY};
+pub use ledger_test_cluster::{ProcessCluster as Cluster, GHOST_KEY, TENANT, TENANT_KEY};
+
+/// The folder this package's binaries were built into.
+pub fn bin_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_ledger-mcp-server"))
+        .parent()
+        .expect("binaries live in a folder")
+        .to_owned()
+}
 
 /// The agent token of tenant `acme` at the MCP servers.
 pub const AGENT_TOKEN: &str = "agent-token-acme-00001";
@@ -91,7 +97,7 @@ impl Service {
     /// Runs this package's binary `name` with `args`, its log in `log`, and waits for it
     /// to print its address.
     fn start(name: &str, args: &[&str], log: &Path) -> Self {
-        let binary = ledger::bin_dir().join(name);
+        let binary = bin_dir().join(name);
         let mut child = Command::new(&binary)
             .args(args)
             .env("RUST_LOG", "info")
@@ -141,7 +147,9 @@ impl World {
     /// leases of `lease_ms`) and the proxy.
     pub async fn start(lease_ms: u64) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let cluster = Cluster::start(dir.path(), 3).await;
+        let cluster = Cluster::start(3);
+        let policies = ledger_client::PolicyFile::from_toml(POLICIES).expect("policies parse");
+        cluster.form_with_policies(&policies).await;
         let providers = Service::start(
             "fake-provider",
             &["--message-lag-ms", "200", "--deploy-ms", "500"],
@@ -202,7 +210,7 @@ impl World {
     /// Every record of tenant acme in the ledger.
     pub async fn records(&self) -> Vec<ledger_core::EffectRecord> {
         let query = ledger_core::ListQuery {
-            tenant: ledger::TENANT.into(),
+            tenant: TENANT.into(),
             escalated: false,
             state: None,
             workflow_id: None,
