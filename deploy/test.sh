@@ -19,6 +19,9 @@ cargo test --workspace --locked
 echo "== MCP end to end with the official Python SDK (own venv from PyPI; pytest bounded"
 echo "   by MCP_PY_TIMEOUT_S, default 600 s)"
 bash mcp-server/tests/python/run.sh
+echo "== the gateway end to end: shops and clients of the official Python and TypeScript"
+echo "   SDKs (PyPI, npm), both protocol eras, lossy proxies (bounded by GATEWAY_E2E_TIMEOUT_S)"
+bash gateway/tests/e2e/run.sh
 echo "== simulation lint (rustfmt, clippy -D warnings under --cfg madsim)"
 bash sim-tests/run.sh lint
 echo "== simulation (madsim, own target dir): every scenario on its fixed seeds plus a"

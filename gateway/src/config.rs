@@ -94,7 +94,8 @@ pub struct UpstreamConfig {
 pub struct BeforeEffect {
     /// JSON-RPC error codes the upstream answers only before its tool acts. By default
     /// the codes of a request refused as such: parse error, invalid request, method not
-    /// found, invalid params.
+    /// found, invalid params, and a client capability the request needs missing
+    /// (-32021, MCP 2026-07-28).
     #[serde(default = "default_before_effect_codes")]
     pub jsonrpc_codes: Vec<i32>,
     /// Every `isError` result is before effect (the upstream declares that its tool
@@ -264,7 +265,7 @@ fn default_upstream_concurrency() -> usize {
 }
 
 fn default_before_effect_codes() -> Vec<i32> {
-    vec![-32700, -32600, -32601, -32602]
+    vec![-32700, -32600, -32601, -32602, -32021]
 }
 
 fn default_arguments_bytes_max() -> usize {

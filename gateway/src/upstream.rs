@@ -31,8 +31,10 @@ pub struct GatewayClient;
 
 impl ClientHandler for GatewayClient {
     fn get_info(&self) -> ClientConfig {
+        // Form elicitation: an upstream tool may ask the user (an `input_required`
+        // round), and the gateway passes the question to its client.
         ClientConfig::new(
-            ClientCapabilities::default(),
+            ClientCapabilities::builder().enable_elicitation().build(),
             Implementation::new("ledger-mcp-gateway", env!("CARGO_PKG_VERSION")),
         )
     }
