@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import shutil
 import statistics
 import time
 import uuid
@@ -123,6 +124,7 @@ def main() -> None:
     finally:
         stack.stop()
         ledger.stop()
+    shutil.rmtree(ledger.work, ignore_errors=True)
     print(f"{args.calls} sequential calls per row (after {WARM_UP} warm-up calls), one connection each:\n")
     print(table(rows))
 
