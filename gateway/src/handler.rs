@@ -15,8 +15,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorData, GetPromptRequestParams, GetPromptResponse,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ServerCapabilities,
-    ServerConfig as McpServerConfig, Tool,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
+    ServerCapabilities, ServerConfig as McpServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -362,6 +362,19 @@ async fn pass(
     upstream.call_tool(request).await.map_err(to_mcp_error)
 }
 
+/// A result marked complete when it came unmarked (from an upstream of the 2025-11-25
+/// era, or a receipt it gave): a 2026-07-28 client needs `resultType`, and rmcp removes
+/// it for older clients.
+fn complete(response: CallToolResponse) -> CallToolResponse {
+    match response {
+        CallToolResponse::Complete(mut result) => {
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+            CallToolResponse::Complete(result)
+        }
+        other => other,
+    }
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> McpServerConfig {
         McpServerConfig::new(
@@ -405,7 +418,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        let answer = self.inner.call_tool(request, context).await;
+        let answer = self.inner.call_tool(request, context).await.map(complete);
         ledger_mcp::metrics::count_call(&name, &answer);
         if let Err(e) = &answer {
             tracing::info!(tool = %name, error = %e.message, "refused");

@@ -194,19 +194,24 @@ class Stack:
     kind: ShopKind
     work: Path
     ledger: Ledger
+    # The shop serves the 2025-11-25 era alone, with sessions (the Python shop only).
+    legacy_only: bool = False
     shop: Shop | None = None
     gateways: dict[str, Service] = field(default_factory=dict)
     proxies: dict[str, LossyProxy] = field(default_factory=dict)
 
     def start(self) -> None:
-        self.shop = start_shop(self.kind, self.work, json_response=self.kind == "py")
-        config = self.work / f"gateway-{self.kind}.toml"
+        name = f"shop-{self.kind}" + ("-legacy" if self.legacy_only else "")
+        self.shop = start_shop(
+            self.kind, self.work, name, json_response=self.kind == "py", legacy_only=self.legacy_only
+        )
+        config = self.work / f"gateway-{name}.toml"
         config.write_text(gateway_config(self.ledger, self.shop))
-        for name in ("gw-a", "gw-b"):
-            argv = [str(BIN / "ledger-mcp-gateway"), "--config", str(config), "--instance", name]
-            service = start_binary(f"{name}-{self.kind}", argv, self.work)
-            self.gateways[name] = service
-            self.proxies[name] = LossyProxy(service.addr)
+        for instance in ("gw-a", "gw-b"):
+            argv = [str(BIN / "ledger-mcp-gateway"), "--config", str(config), "--instance", instance]
+            service = start_binary(f"{instance}-{name}", argv, self.work)
+            self.gateways[instance] = service
+            self.proxies[instance] = LossyProxy(service.addr)
 
     def url(self, name: str, *, lossy: bool = False) -> str:
         """Instance `name`'s MCP endpoint, through its lossy proxy when `lossy`."""

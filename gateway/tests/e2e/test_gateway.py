@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
 
 from stack import AGENT_TOKEN, CONVERSATION_HEADER, UPSTREAM_TIMEOUT_MS, Ledger, Stack
@@ -294,3 +295,61 @@ async def test_a_client_that_answers_the_question_itself_closes_once(stack: Stac
     )
     assert outcome(declined_elsewhere) == "replayed", declined_elsewhere
     assert len(closures_of(stack, account)) == 1
+
+
+@pytest.mark.anyio
+async def test_bad_input_is_a_clear_error_and_reaches_no_upstream(stack: Stack) -> None:
+    order = unique("order")
+    args = {"order_id": order, "amount_cents": 100, "request_id": unique("req")}
+    # No bearer token, or one no tenant has: refused before anything is looked at.
+    for bearer in (None, "not-a-token-of-any-tenant"):
+        answer = await call_tool(PY_2026, stack.url("gw-a"), "refund", args, bearer=bearer, timeout_s=60)
+        assert "bearer token" in answer["error"]["message"], answer
+    # A tool no entry names (the shop has none either), and arguments over the limit.
+    unknown = await call(stack, PY_2026, "refund_everything", {})
+    assert "unknown tool" in unknown["error"]["message"], unknown
+    huge = await call(stack, TS_LEGACY, "refund", dict(args, note="x" * 20_000))
+    assert "more than the limit" in huge["error"]["message"], huge
+    # A malformed _meta field is a typed error, not a silently derived key.
+    typo = await call(stack, PY_2026, "refund", args, meta={"dev.effect-ledger/effect_key": "k"})
+    assert "unknown _meta field" in typo["error"]["message"], typo
+    # Garbage bytes on the port: an HTTP error, and the instance still serves.
+    async with httpx2.AsyncClient() as http:
+        garbage = await http.post(
+            stack.url("gw-b"),
+            content=b"\x00\xffnot json",
+            headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
+        )
+    assert 400 <= garbage.status_code < 500, garbage.text
+    assert refunds_of(stack, order) == []
+    fine = await call(stack, PY_2026, "refund", args, instance="gw-b")
+    assert outcome(fine) == "done", fine
+
+
+@pytest.fixture(scope="module")
+def legacy_stack(ledger: Ledger) -> Iterator[Stack]:
+    stack = Stack("py", ledger.work, ledger, legacy_only=True)
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", [PY_2026, TS_LEGACY], ids=lambda k: k.id)
+async def test_an_upstream_of_the_2025_era_alone_is_spoken_to_in_its_era(
+    legacy_stack: Stack, kind: ClientKind
+) -> None:
+    stack = legacy_stack
+    listed = await list_tools(kind, stack.url("gw-a"), bearer=AGENT_TOKEN)
+    assert listed["connection"]["protocolVersion"] == kind.protocol_version
+    assert "request_id" in {t["name"]: t for t in listed["tools"]}["refund"]["inputSchema"]["required"]
+    order, request_id = unique("order"), unique("req")
+    args = {"order_id": order, "amount_cents": 400, "request_id": request_id}
+    stack.proxies["gw-a"].drop_next("refund")
+    lost = await call(stack, kind, "refund", args, lossy=True)
+    assert "transport_error" in lost or "error" in lost, lost
+    retried = await call(stack, kind, "refund", args, instance="gw-b")
+    assert outcome(retried) == "replayed", retried
+    assert len(refunds_of(stack, order)) == 1

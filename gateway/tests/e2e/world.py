@@ -221,6 +221,8 @@ class Shop:
     name: str
     work: Path
     json_response: bool = False
+    # The Python shop only: the 2025-11-25 era alone, with sessions.
+    legacy_only: bool = False
     service: Service | None = None
 
     @property
@@ -242,6 +244,8 @@ class Shop:
         argv = [*shop_argv(self.kind, self.state), "--port", str(port), "--faults", str(self.faults)]
         if self.json_response:
             argv.append("--json-response")
+        if self.legacy_only:
+            argv.append("--legacy-only")
         self.service = start_service(self.name, argv, self.work)
 
     def stop(self) -> int | None:
@@ -266,10 +270,16 @@ class Shop:
 
 
 def start_shop(
-    kind: ShopKind, work: Path, name: str | None = None, *, port: int = 0, json_response: bool = False
+    kind: ShopKind,
+    work: Path,
+    name: str | None = None,
+    *,
+    port: int = 0,
+    json_response: bool = False,
+    legacy_only: bool = False,
 ) -> Shop:
     """Starts a shop server of `kind` with its files in `work`."""
-    shop = Shop(kind, name or f"shop-{kind}", work, json_response=json_response)
+    shop = Shop(kind, name or f"shop-{kind}", work, json_response=json_response, legacy_only=legacy_only)
     shop.start(port)
     return shop
 

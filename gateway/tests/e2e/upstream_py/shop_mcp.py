@@ -284,14 +284,67 @@ class Uvicorn(uvicorn.Server):
         self.should_exit = True
 
 
-async def serve(shop: Shop, faults: Faults, port: int, json_response: bool) -> None:
-    """Serves `/mcp` on 127.0.0.1:`port` and prints `listening on ADDR` once it accepts."""
+class LegacyOnly:
+    """An ASGI wrapper that makes the shop a server of the 2025-11-25 era alone, as servers
+    written before 2026-07-28 are: `server/discover` is a method it does not know, and a
+    request that names protocol 2026-07-28 is refused as an unsupported version."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        refusal = None
+        if isinstance(request, dict) and request.get("method") == "server/discover":
+            refusal = {"code": -32601, "message": "Method not found"}
+        elif headers.get("mcp-protocol-version") == "2026-07-28":
+            refusal = {"code": -32602, "message": "Unsupported protocol version: 2026-07-28"}
+        if refusal is not None:
+            answer = json.dumps({"jsonrpc": "2.0", "id": (request or {}).get("id"), "error": refusal}).encode()
+            status = 200 if refusal["code"] == -32601 else 400
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        delivered = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def serve(shop: Shop, faults: Faults, port: int, json_response: bool, legacy_only: bool = False) -> None:
+    """Serves `/mcp` on 127.0.0.1:`port` and prints `listening on ADDR` once it accepts.
+
+    `legacy_only`: the 2025-11-25 era alone, with sessions (`Mcp-Session-Id`), as a server
+    written before 2026-07-28 is."""
     mcp = build_server(shop, faults)
     # stateless_http: a 2025-era initialize is answered without a session, and any later
     # request is served on its own. 2026-07-28 requests are stateless whatever it says.
     app = mcp.streamable_http_app(
-        streamable_http_path="/mcp", stateless_http=True, json_response=json_response, host=HOST
+        streamable_http_path="/mcp", stateless_http=not legacy_only, json_response=json_response, host=HOST
     )
+    if legacy_only:
+        app = LegacyOnly(app)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((HOST, port))

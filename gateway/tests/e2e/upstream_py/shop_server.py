@@ -46,6 +46,9 @@ def main() -> None:
     parser.add_argument("--faults", type=Path, help="the faults file, read on every tool call")
     parser.add_argument("--json-response", action="store_true", help="answer JSON bodies, never SSE streams")
     parser.add_argument("--dump", action="store_true", help="print the state as JSON and exit")
+    parser.add_argument(
+        "--legacy-only", action="store_true", help="serve the 2025-11-25 era alone, with sessions"
+    )
     args = parser.parse_args()
 
     shop = Shop(args.db)
@@ -56,7 +59,7 @@ def main() -> None:
     # Imported only to serve, so that --dump does not load the SDK (a second of start-up).
     from shop_mcp import serve
 
-    asyncio.run(serve(shop, Faults(args.faults), args.port, args.json_response))
+    asyncio.run(serve(shop, Faults(args.faults), args.port, args.json_response, args.legacy_only))
 
 
 if __name__ == "__main__":
