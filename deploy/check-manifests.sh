@@ -233,7 +233,7 @@ def check(cond, message):
 with open(os.path.join(base, "compose.yaml")) as f:
     compose = yaml.safe_load(f)
 services, volumes = compose["services"], compose.get("volumes") or {}
-for name in ("node1", "node2", "node3", "init", "providers", "mcp"):
+for name in ("certs", "node1", "node2", "node3", "init", "providers", "mcp"):
     check(name in services, f"no service {name}")
 for name, svc in services.items():
     check("image" in svc or "build" in svc, f"{name}: no image or build")
@@ -260,6 +260,11 @@ for n in (1, 2, 3):
     check(members.get(str(n)) == address, f"init's member {n} is not node{n}'s address {address}")
     check(address in endpoints, f"init does not reach node{n}")
     check(any(k.get("operator") and k["key"] == services["init"]["environment"]["LEDGER_API_KEY"] for k in node["api_keys"]), f"node{n} does not accept init's operator key")
+    tls = node.get("tls") or {}
+    made = services["certs"]["command"]
+    check(tls.get("cert_file") == f"/etc/ledger/tls/node{n}.pem" and f"node{n}" in made, f"node{n}: no certificate of its own from the certs service")
+    check(tls.get("client_ca_file") == "/etc/ledger/tls/ca.pem", f"node{n}: peers are not checked against the compose CA")
+    check("tls:/etc/ledger/tls:ro" in services[f"node{n}"]["volumes"], f"node{n}: the tls volume is not mounted")
     port = node["listen_addr"].rsplit(":", 1)[1]
     metrics = node["metrics_listen_addr"].rsplit(":", 1)[1]
     published = [p.rsplit(":", 1)[1] for p in services[f"node{n}"]["ports"]]
@@ -268,6 +273,8 @@ with open(os.path.join(base, "compose", "mcp.toml"), "rb") as f:
     mcp = tomllib.load(f)
 check(sorted(mcp["ledger_endpoints"]) == sorted(endpoints), "the MCP server does not name every node")
 check(mcp["provider_addr"].split(":")[0] in services, "the MCP server's provider is not a service")
+check((mcp.get("ledger_tls") or {}).get("ca_cert_file") == "/etc/ledger/tls/ca.pem", "the MCP server does not verify the nodes")
+check(services["init"]["environment"].get("LEDGER_CA_CERT") == "/etc/ledger/tls/ca.pem", "the bootstrap does not verify the nodes")
 
 if errors:
     print("\n".join("   " + e for e in errors))

@@ -129,3 +129,20 @@ fn ambiguous_or_malformed_secrets_are_refused() {
         );
     }
 }
+
+/// The node configurations shipped in `deploy/` are ones the node accepts, TLS included.
+#[test]
+fn the_shipped_node_configurations_parse() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    for file in [
+        "compose/node1.toml",
+        "compose/node2.toml",
+        "compose/node3.toml",
+        "systemd/node.toml",
+    ] {
+        let path = deploy.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let config = NodeConfig::from_toml(&text, &path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(config.tls.is_some(), "{file} serves without TLS");
+    }
+}
