@@ -186,7 +186,7 @@ for job_name, (_, job) in docs.get("Job", {}).items():
 
 node = pod["containers"][0]
 ports = {p["name"]: p["containerPort"] for p in node["ports"]}
-check(node["readinessProbe"]["grpc"]["port"] == ports["grpc"], "readiness must ask the gRPC health service on the gRPC port")
+check(node["readinessProbe"]["grpc"]["port"] == ports["health"], "readiness must ask the gRPC health service on the health port")
 check(node["livenessProbe"]["tcpSocket"]["port"] in ("grpc", ports["grpc"]), "liveness must be a TCP check of the gRPC port")
 
 # Render one pod's configuration as the init container does, and parse it.
@@ -199,6 +199,13 @@ for field in ("node_id", "listen_addr", "data_dir", "cluster_secret", "api_keys"
     check(field in config, f"the rendered node configuration lacks {field}")
 check(config["listen_addr"].endswith(f":{ports['grpc']}"), "listen_addr does not match the gRPC container port")
 check(config.get("metrics_listen_addr", "").endswith(f":{ports['metrics']}"), "metrics_listen_addr does not match the metrics port")
+check(config.get("health_listen_addr", "").endswith(f":{ports['health']}"), "health_listen_addr does not match the health port")
+tls_mount = next((m["mountPath"] for m in node["volumeMounts"] if m["name"] == "tls"), None)
+for field in ("cert_file", "key_file", "client_ca_file"):
+    path = config.get("tls", {}).get(field, "")
+    check(tls_mount is not None and path.startswith(tls_mount + "/"), f"tls.{field} ({path}) is not in the mounted Secret ledger-tls")
+    key = os.path.basename(path)
+    check(key in secrets.get("ledger-tls", (None, {}))[1].get("stringData", {}), f"tls.{field}: the example Secret ledger-tls has no {key}")
 check(any(k.get("operator") for k in config["api_keys"]), "the example Secret has no operator key")
 syntax = subprocess.run(["bash", "-n"], input=data["render.sh"], text=True, capture_output=True)
 check(syntax.returncode == 0, f"render.sh: {syntax.stderr.strip()}")

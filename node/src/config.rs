@@ -301,6 +301,11 @@ pub struct NodeConfig {
     /// absent. Serve it on an address only the monitoring system reaches.
     #[serde(default)]
     pub metrics_listen_addr: Option<SocketAddr>,
+    /// Where the standard gRPC health service is served a second time, alone and in
+    /// plaintext, for probes that cannot speak TLS (Kubernetes' gRPC probes); none when
+    /// absent. It says only whether the node is ready.
+    #[serde(default)]
+    pub health_listen_addr: Option<SocketAddr>,
     /// Folder for the RocksDB store.
     pub data_dir: PathBuf,
     /// Storage engine.

@@ -197,6 +197,17 @@ pub async fn serve(
     let gauges = config
         .metrics_listen_addr
         .map(|_| tokio::spawn(gauges::sample(node.clone())));
+    let health = config.health_listen_addr.map(|addr| {
+        tracing::info!(%addr, "serving the health service in plaintext");
+        let service = ledger_proto::health::health_server::HealthServer::new(
+            health::HealthService::new(node.clone()),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = Server::builder().add_service(service).serve(addr).await {
+                tracing::error!(%addr, error = %e, "the plaintext health service stopped");
+            }
+        })
+    });
     let auth = auth::Authenticator::new(node.security.clone());
     tracing::info!(
         node_id = config.node_id,
@@ -224,8 +235,8 @@ pub async fn serve(
     let served = listen(router, &node.security, config.listen_addr, shutdown).await;
     tracing::info!(node_id = config.node_id, "shutting down");
     sweeper.abort();
-    if let Some(gauges) = gauges {
-        gauges.abort();
+    for task in [gauges, health].into_iter().flatten() {
+        task.abort();
     }
     let stopped = node.raft.shutdown().await;
     served?;

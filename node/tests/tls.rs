@@ -293,3 +293,52 @@ async fn hashed_keys_authenticate_and_a_key_removed_at_sighup_stops_working() {
     .await;
     assert!(operator.status_of(0).await.is_ok());
 }
+
+/// With TLS on the listen address, the health service is also served alone in plaintext
+/// (`health_listen_addr`), for probes that cannot speak TLS: it says when the node is
+/// ready and serves nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plaintext_health_port_of_a_tls_node_answers_probes_and_nothing_else() {
+    use ledger_proto::health::health_check_response::ServingStatus;
+    use ledger_proto::health::health_client::HealthClient;
+    use ledger_proto::health::HealthCheckRequest;
+
+    let pki = tempfile::tempdir().expect("temp dir");
+    certs::write_pki(pki.path(), 3);
+    let cluster = ProcessCluster::start_with(3, default_keys_toml(), Some(pki.path().into()));
+    cluster.form().await;
+    for i in 0..3 {
+        let endpoint = format!("http://{}", cluster.health_endpoint(i));
+        wait_until(
+            &format!("node {} is ready on its health port", i + 1),
+            20_000,
+            || {
+                let endpoint = endpoint.clone();
+                async move {
+                    let Ok(mut client) = HealthClient::connect(endpoint).await else {
+                        return false;
+                    };
+                    let request = HealthCheckRequest {
+                        service: String::new(),
+                    };
+                    client
+                        .check(request)
+                        .await
+                        .is_ok_and(|a| a.get_ref().status() == ServingStatus::Serving)
+                }
+            },
+        )
+        .await;
+    }
+    // The ledger's own services are not on that port.
+    let plain = LedgerClient::with_retry(
+        vec![cluster.health_endpoint(0)],
+        OPERATOR_KEY,
+        one_attempt(),
+    )
+    .expect("client");
+    assert!(
+        plain.status_of(0).await.is_err(),
+        "the health port served the ledger"
+    );
+}

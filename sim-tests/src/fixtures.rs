@@ -105,6 +105,7 @@ impl ClusterSettings {
             node_id: id,
             listen_addr: node_addr(id),
             metrics_listen_addr: None,
+            health_listen_addr: None,
             data_dir: PathBuf::from(format!("/sim/node{id}")),
             storage: StorageKind::Memory,
             cluster_secret: CLUSTER_SECRET.into(),

@@ -67,6 +67,7 @@ pub struct ProcessCluster {
     dir: tempfile::TempDir,
     ports: Vec<u16>,
     metrics_ports: Vec<u16>,
+    health_ports: Vec<u16>,
     children: Vec<Option<Child>>,
     /// The `[[api_keys]]` tables every node's configuration holds.
     keys_toml: String,
@@ -100,10 +101,12 @@ impl ProcessCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let metrics_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let health_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let mut cluster = ProcessCluster {
             dir,
             ports,
             metrics_ports,
+            health_ports,
             children: (0..n).map(|_| None).collect(),
             keys_toml,
             tls_dir,
@@ -174,6 +177,7 @@ impl ProcessCluster {
 node_id = {id}
 listen_addr = "127.0.0.1:{port}"
 metrics_listen_addr = "127.0.0.1:{metrics_port}"
+health_listen_addr = "127.0.0.1:{health_port}"
 data_dir = "{data}"
 cluster_secret = "{SECRET}"
 {keys}
@@ -190,6 +194,7 @@ interval_ms = 100
             id = i + 1,
             port = self.ports[i],
             metrics_port = self.metrics_ports[i],
+            health_port = self.health_ports[i],
             data = self.dir.path().join(format!("node{}", i + 1)).display(),
             keys = self.keys_toml,
             tls = self.tls_toml(i),
@@ -226,6 +231,11 @@ interval_ms = 100
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect()
+    }
+
+    /// `127.0.0.1:port` of node `i`'s plaintext health service (`health_listen_addr`).
+    pub fn health_endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.health_ports[i])
     }
 
     /// Node `i`'s Prometheus page (`GET /metrics`), read with a plain HTTP/1.0 request.
