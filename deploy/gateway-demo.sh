@@ -95,6 +95,7 @@ lookup = { tool = "find_tickets", arguments = { external_ref = "{provider_key}" 
 [[tools]]
 name = "close_account"
 upstream = "shop"
+before_effect = { result_pointer = "/declined", result_values = [true] }
 
 [[tools]]
 name = "find_refunds"

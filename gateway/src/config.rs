@@ -108,6 +108,13 @@ pub struct BeforeEffect {
     /// ... and the values there that mean "nothing was done".
     #[serde(default)]
     pub tool_error_values: Vec<Value>,
+    /// A JSON pointer into a result's structured content (not an error) ...
+    #[serde(default)]
+    pub result_pointer: Option<String>,
+    /// ... and the values there that mean the tool did nothing (a user who declined,
+    /// say): such a result is not the effect, and the next call may do it.
+    #[serde(default)]
+    pub result_values: Vec<Value>,
 }
 
 impl Default for BeforeEffect {
@@ -117,6 +124,8 @@ impl Default for BeforeEffect {
             all_tool_errors: false,
             tool_error_pointer: None,
             tool_error_values: Vec::new(),
+            result_pointer: None,
+            result_values: Vec::new(),
         }
     }
 }
@@ -132,8 +141,9 @@ pub struct LookupConfig {
     pub arguments: Value,
     /// A JSON pointer into the result's structured content (or its text, read as JSON).
     pub found: String,
-    /// With `equals`: found when the value at `found` equals it; without: found when it
-    /// is a non-empty array (an empty one is "not found").
+    /// With `equals`: found when the value at `found` equals it, not found when it is
+    /// `null`; without: found when it is a non-empty array, not found when it is an empty
+    /// one. Anything else (no value there at all, another value) proves nothing.
     #[serde(default)]
     pub equals: Option<Value>,
     /// A JSON pointer to what is kept as the receipt; by default the first element of a
@@ -396,11 +406,16 @@ impl GatewayConfig {
         if t.key_argument.is_some() && t.key_argument == t.provider_key_argument {
             return invalid("key_argument and provider_key_argument must differ".into());
         }
-        let pointers = t.before_effect.tool_error_pointer.iter().chain(
-            t.lookup
-                .iter()
-                .flat_map(|l| std::iter::once(&l.found).chain(l.receipt.as_ref())),
-        );
+        let pointers = t
+            .before_effect
+            .tool_error_pointer
+            .iter()
+            .chain(&t.before_effect.result_pointer)
+            .chain(
+                t.lookup
+                    .iter()
+                    .flat_map(|l| std::iter::once(&l.found).chain(l.receipt.as_ref())),
+            );
         for p in pointers {
             if !is_pointer(p) {
                 return invalid(format!("{p:?} is not a JSON pointer (it starts with /)"));
@@ -466,7 +481,7 @@ mod tests {
         assert!(refund.derive_key);
         assert_eq!(
             refund.before_effect.jsonrpc_codes,
-            [-32700, -32600, -32601, -32602]
+            [-32700, -32600, -32601, -32602, -32021]
         );
         assert_eq!(c.upstreams[0].timeout_ms, 30_000);
     }

@@ -5,7 +5,9 @@
 //! description), read-only tools as they are, unlisted tools hidden unless the operator
 //! lets them pass. `tools/call` of a protected tool runs through the ledger
 //! ([`crate::protect`]); everything else is passed to the upstream untouched.
-//! Resources and prompts are those of the first upstream.
+//! Resources and prompts are those of the first upstream. Every request but the
+//! handshake needs a tenant's bearer token: what the gateway forwards goes out with the
+//! upstream's own credentials.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,6 +43,10 @@ pub enum StartError {
     /// The ledger client could not be made.
     #[error(transparent)]
     Ledger(#[from] ledger_client::ClientError),
+    /// The configuration and the policies together would let an effect happen twice, or
+    /// refuse every call of a tool.
+    #[error("unsafe gateway configuration: {0}")]
+    Unsafe(String),
     /// The listener could not be bound.
     #[error("cannot listen on {addr}: {message}")]
     Listen {
@@ -94,7 +100,7 @@ pub fn rewrite(mut tool: Tool, config: &ToolConfig, policy: Option<&ToolPolicy>)
             json!({
                 "type": "string",
                 "minLength": 1,
-                "maxLength": ledger_core::limits::NAME_BYTES_MAX,
+                "maxLength": crate::identity::PART_BYTES_MAX,
                 "description": KEY_ARGUMENT_HELP,
             }),
         );
@@ -167,19 +173,7 @@ impl Gateway {
                 ))
             })
             .collect();
-        for tool in &config.tools {
-            let name = tool.ledger_name();
-            if !config
-                .tenants
-                .iter()
-                .any(|t| policies.policy(&t.name, &name).is_some())
-            {
-                tracing::warn!(
-                    tool = %tool.name, policy = %name,
-                    "no tenant has a policy for this tool: its calls are refused"
-                );
-            }
-        }
+        check_policies(&config, &policies)?;
         Ok(Gateway {
             inner: Arc::new(Inner {
                 config,
@@ -193,7 +187,76 @@ impl Gateway {
     }
 }
 
+/// What the operator's policies and the gateway's configuration must agree on before the
+/// gateway serves: a keyed tool passes its provider key on (the ledger lets it re-send an
+/// unknown outcome with that key, and without it the upstream would see a new request);
+/// no policy asks for a confirmation the gateway cannot give (the upstream asks its user
+/// with `input_required` instead); a look-up tool is read-only.
+pub fn check_policies(config: &GatewayConfig, policies: &PolicyFile) -> Result<(), StartError> {
+    let unsafe_config = |m: String| Err(StartError::Unsafe(m));
+    for tool in &config.tools {
+        let name = tool.ledger_name();
+        let mut governed = false;
+        for tenant in &config.tenants {
+            let Some(policy) = policies.policy(&tenant.name, &name) else {
+                continue;
+            };
+            governed = true;
+            let passes_key =
+                tool.provider_key_argument.is_some() || tool.provider_key_meta.is_some();
+            if policy.class == ReplayClass::KeyedIdempotent && !passes_key {
+                return unsafe_config(format!(
+                    "tool {:?} is keyed_idempotent for tenant {:?}, so an unknown outcome is \
+                     sent again with its provider key, but the gateway passes no provider key \
+                     on: set provider_key_argument or provider_key_meta",
+                    tool.name, tenant.name
+                ));
+            }
+            if policy.confirmation_required && policy.class != ReplayClass::ReadOnly {
+                return unsafe_config(format!(
+                    "the policy of tool {:?} for tenant {:?} requires the user's confirmation, \
+                     which the gateway cannot give, so every call would be refused: let the \
+                     upstream ask its user (input_required) and set confirmation_required = \
+                     false",
+                    tool.name, tenant.name
+                ));
+            }
+            let Some(lookup) = &tool.lookup else {
+                continue;
+            };
+            let mutating = config.tool(&lookup.tool).is_some_and(|l| {
+                policies
+                    .policy(&tenant.name, &l.ledger_name())
+                    .is_none_or(|p| p.class != ReplayClass::ReadOnly)
+            });
+            if mutating {
+                return unsafe_config(format!(
+                    "tool {:?} is looked up with {:?}, which is not read_only for tenant {:?}: \
+                     a look-up must not change anything",
+                    tool.name, lookup.tool, tenant.name
+                ));
+            }
+        }
+        if !governed {
+            tracing::warn!(
+                tool = %tool.name, policy = %name,
+                "no tenant has a policy for this tool: its calls are refused"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn no_tenant() -> ErrorData {
+    ErrorData::invalid_request("no or unknown bearer token: the tenant is unknown", None)
+}
+
 impl Inner {
+    /// The caller's tenant, or the error every request without one gets.
+    fn authenticated(&self, context: &RequestContext<RoleServer>) -> Result<&Tenant, ErrorData> {
+        self.tenant(context).ok_or_else(no_tenant)
+    }
+
     fn tenant(&self, context: &RequestContext<RoleServer>) -> Option<&Tenant> {
         self.tenants
             .by_bearer(context.extensions.get::<http::request::Parts>())
@@ -211,7 +274,7 @@ impl Inner {
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tenant = self.tenant(context).unwrap_or(self.tenants.first());
+        let tenant = self.authenticated(context)?;
         let mut tools = Vec::new();
         let mut routes = HashMap::new();
         let mut failures = Vec::new();
@@ -273,9 +336,7 @@ impl Inner {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let tenant = self.tenant(&context).ok_or_else(|| {
-            ErrorData::invalid_request("no or unknown bearer token: the tenant is unknown", None)
-        })?;
+        let tenant = self.authenticated(&context)?;
         let arguments_bytes = request.arguments.as_ref().map_or(0, |a| {
             serde_json::to_string(a).map_or(usize::MAX, |s| s.len())
         });
@@ -429,8 +490,9 @@ impl ServerHandler for Gateway {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        self.inner.authenticated(&context)?;
         self.inner
             .primary()
             .forward(|s| async move { s.list_resources(request).await })
@@ -440,8 +502,9 @@ impl ServerHandler for Gateway {
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.inner.authenticated(&context)?;
         self.inner
             .primary()
             .forward(|s| async move { s.list_resource_templates(request).await })
@@ -451,8 +514,9 @@ impl ServerHandler for Gateway {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.inner.authenticated(&context)?;
         self.inner
             .primary()
             .forward(|s| async move { s.read_resource_once(request).await })
@@ -462,8 +526,9 @@ impl ServerHandler for Gateway {
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
+        self.inner.authenticated(&context)?;
         self.inner
             .primary()
             .forward(|s| async move { s.list_prompts(request).await })
@@ -473,8 +538,9 @@ impl ServerHandler for Gateway {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        self.inner.authenticated(&context)?;
         self.inner
             .primary()
             .forward(|s| async move { s.get_prompt_once(request).await })
@@ -485,6 +551,112 @@ impl ServerHandler for Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const POLICIES: &str = r#"
+        [[tenant]]
+        name = "acme"
+        [[tool]]
+        tenant = "acme"
+        tool = "shop/refund"
+        class = "keyed_idempotent"
+        [[tool]]
+        tenant = "acme"
+        tool = "shop/find_refunds"
+        class = "read_only"
+        [[tool]]
+        tenant = "acme"
+        tool = "shop/close_account"
+        class = "irreversible"
+    "#;
+
+    fn config(tools: &str) -> GatewayConfig {
+        let text = format!(
+            r#"
+            listen_addr = "127.0.0.1:0"
+            instance = "gw"
+            ledger_endpoints = ["127.0.0.1:7101"]
+            policy_file = "p.toml"
+            [[tenants]]
+            name = "acme"
+            agent_token = "agent-acme-token-01"
+            ledger_api_key = "acme-ledger-key-0001"
+            [[upstreams]]
+            name = "shop"
+            url = "http://127.0.0.1:1/mcp"
+            {tools}
+            "#
+        );
+        GatewayConfig::from_toml(&text, std::path::Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn policies_that_would_let_an_effect_happen_twice_or_never_are_refused_at_start() {
+        let policies = PolicyFile::from_toml(POLICIES).unwrap();
+        let keyed_without_key = config("[[tools]]\nname = \"refund\"\nupstream = \"shop\"\n");
+        let e = check_policies(&keyed_without_key, &policies).unwrap_err();
+        assert!(e.to_string().contains("provider_key_argument"), "{e}");
+
+        let confirmation = config("[[tools]]\nname = \"close_account\"\nupstream = \"shop\"\n");
+        let e = check_policies(&confirmation, &policies).unwrap_err();
+        assert!(e.to_string().contains("confirmation"), "{e}");
+
+        let looked_up_by_a_mutating_tool = config(
+            r#"
+            [[tools]]
+            name = "refund"
+            upstream = "shop"
+            provider_key_argument = "idempotency_key"
+            lookup = { tool = "refund", arguments = { idempotency_key = "{provider_key}" }, found = "/refunds" }
+            "#,
+        );
+        let e = check_policies(&looked_up_by_a_mutating_tool, &policies).unwrap_err();
+        assert!(e.to_string().contains("read_only"), "{e}");
+
+        let fine = config(
+            r#"
+            [[tools]]
+            name = "refund"
+            upstream = "shop"
+            provider_key_argument = "idempotency_key"
+            lookup = { tool = "find_refunds", arguments = { idempotency_key = "{provider_key}" }, found = "/refunds" }
+            [[tools]]
+            name = "find_refunds"
+            upstream = "shop"
+            "#,
+        );
+        check_policies(&fine, &policies).unwrap();
+    }
+
+    #[test]
+    fn the_shipped_gateway_policies_pass_the_start_checks() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let policies = PolicyFile::load(&root.join("deploy/gateway/policies.toml")).unwrap();
+        let shipped = config(
+            r#"
+            [[tools]]
+            name = "refund"
+            upstream = "shop"
+            key_argument = "request_id"
+            provider_key_argument = "idempotency_key"
+            lookup = { tool = "find_refunds", arguments = { idempotency_key = "{provider_key}" }, found = "/refunds" }
+            [[tools]]
+            name = "create_ticket"
+            upstream = "shop"
+            provider_key_argument = "external_ref"
+            lookup = { tool = "find_tickets", arguments = { external_ref = "{provider_key}" }, found = "/tickets" }
+            [[tools]]
+            name = "close_account"
+            upstream = "shop"
+            [[tools]]
+            name = "find_refunds"
+            upstream = "shop"
+            [[tools]]
+            name = "find_tickets"
+            upstream = "shop"
+            "#,
+        );
+        check_policies(&shipped, &policies).unwrap();
+    }
 
     fn tool() -> Tool {
         let schema = json!({

@@ -16,7 +16,6 @@
 use serde_json::Value;
 
 use ledger_client::{effect_key, KeySource};
-use ledger_core::limits::NAME_BYTES_MAX;
 use ledger_core::{EffectKey, ToolName};
 use ledger_mcp::meta::{LedgerMeta, EFFECT_KEY, TURN_ID, WORKFLOW_ID};
 
@@ -106,12 +105,16 @@ pub struct Offered<'a> {
     pub target: Option<&'a str>,
 }
 
+/// Longest key argument or identity header: what the gateway adds to it (`arg/` and the
+/// tool, `conversation:`) still fits the ledger's limits.
+pub const PART_BYTES_MAX: usize = 192;
+
 /// A header's or argument's text, checked like a `_meta` field.
 fn usable(text: &str) -> Result<&str, &'static str> {
     if text.is_empty() {
         Err("is empty")
-    } else if text.len() > NAME_BYTES_MAX {
-        Err("is longer than 256 bytes")
+    } else if text.len() > PART_BYTES_MAX {
+        Err("is longer than 192 bytes")
     } else if text.chars().any(char::is_control) {
         Err("holds a control character")
     } else {
@@ -138,8 +141,11 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
         };
         let text = value.as_str().ok_or_else(|| bad("must be a string"))?;
         let key = usable(text).map_err(bad)?;
+        // Scoped by the tool: a model that reuses a value on another tool names another
+        // effect, not a conflicting one.
+        let key = format!("arg/{}/{key}", offered.tool);
         return Ok(Identity {
-            key: scoped(KeySource::Explicit(key))?,
+            key: scoped(KeySource::Explicit(&key))?,
             workflow_id: format!("key-argument:{name}"),
             source: Source::KeyArgument,
         });
@@ -159,6 +165,14 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
     };
     if offered.derive {
         if let Some(conversation) = header(offered.conversation)? {
+            if let Some((name, None)) = offered.turn {
+                // Without it every turn of the conversation would be one effect.
+                return Err(IdentityError::Missing(format!(
+                    "the header {name:?} naming the turn is missing; with a turn header \
+                     configured, a key derived from the conversation needs it. Nothing was \
+                     stored or sent."
+                )));
+            }
             let turn = header(offered.turn)?;
             let workflow_id = format!("conversation:{conversation}");
             let key = scoped(KeySource::Derived {
@@ -249,7 +263,7 @@ mod tests {
         let id = resolve(&o).unwrap();
         assert_eq!(
             (id.source, id.key.key.as_str()),
-            (Source::KeyArgument, "model-key")
+            (Source::KeyArgument, "arg/shop/refund/model-key")
         );
 
         o.key_argument = Some(("request_id", None));
@@ -272,6 +286,9 @@ mod tests {
         let mut other = o;
         other.turn = Some(("x-turn-id", Some("t-2")));
         assert_ne!(resolve(&other).unwrap().key, first);
+        // A turn header configured but not sent is not "no turn": it is refused.
+        other.turn = Some(("x-turn-id", None));
+        assert!(matches!(resolve(&other), Err(IdentityError::Missing(_))));
         let mut other = o;
         other.tenant = "globex";
         assert_ne!(resolve(&other).unwrap().key, first);

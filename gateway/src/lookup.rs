@@ -71,7 +71,10 @@ pub fn judge(config: &LookupConfig, result: &CallToolResult) -> Observation {
     };
     match (&config.equals, at) {
         (Some(expected), Some(value)) if value == expected => found(body.clone()),
-        (Some(_), None | Some(Value::Null)) => not_found(),
+        (Some(_), Some(Value::Null)) => not_found(),
+        (Some(_), None) => Observation::Unknown {
+            detail: format!("look-up {} has nothing at {}", config.tool, config.found),
+        },
         (Some(expected), Some(value)) => Observation::Unknown {
             detail: format!(
                 "look-up {} shows {} = {value}, not {expected}",
@@ -180,12 +183,17 @@ mod tests {
     }
 
     #[test]
-    fn a_value_is_found_when_equal_absent_when_missing_unknown_otherwise() {
+    fn a_value_is_found_when_equal_absent_when_null_unknown_otherwise() {
         let c = config(Some(json!("succeeded")));
         let done = CallToolResult::structured(json!({ "status": "succeeded" }));
         assert!(matches!(judge(&c, &done), Observation::Committed { .. }));
         let none = CallToolResult::structured(json!({ "status": null }));
         assert!(matches!(judge(&c, &none), Observation::NotCommitted { .. }));
+        let other_shape = CallToolResult::structured(json!({ "error": "rate limited" }));
+        assert!(matches!(
+            judge(&c, &other_shape),
+            Observation::Unknown { .. }
+        ));
         let pending = CallToolResult::structured(json!({ "status": "pending" }));
         assert!(matches!(judge(&c, &pending), Observation::Unknown { .. }));
     }

@@ -25,7 +25,7 @@ use ledger_mcp::tenants::Tenant;
 
 use crate::config::{BeforeEffect, ToolConfig};
 use crate::handler::Inner;
-use crate::identity::{resolve, Identity, Offered};
+use crate::identity::{resolve, Identity, IdentityError, Offered};
 use crate::receipt::{answer_from, receipt_of, receipt_of_task, text_of};
 use crate::upstream::{Upstream, UpstreamError};
 
@@ -60,12 +60,34 @@ fn tool_error_before_effect(rule: &BeforeEffect, result: &CallToolResult) -> boo
         .is_some_and(|value| rule.tool_error_values.contains(value))
 }
 
+/// Whether a result that is not an error is one the operator declares does nothing.
+fn result_without_effect(rule: &BeforeEffect, result: &CallToolResult) -> bool {
+    let Some(pointer) = &rule.result_pointer else {
+        return false;
+    };
+    result
+        .structured_content
+        .as_ref()
+        .and_then(|body| body.pointer(pointer))
+        .is_some_and(|value| rule.result_values.contains(value))
+}
+
 /// What an upstream's answer to a dispatched call proves.
 pub fn classify(
     rule: &BeforeEffect,
     answer: &Result<CallToolResponse, UpstreamError>,
 ) -> DispatchResult {
     match answer {
+        Ok(CallToolResponse::Complete(result))
+            if result.is_error != Some(true) && result_without_effect(rule, result) =>
+        {
+            DispatchResult::NotCommitted {
+                proof: format!(
+                    "the upstream answered a result it declares does nothing: {}",
+                    text_of(result)
+                ),
+            }
+        }
         Ok(CallToolResponse::Complete(result)) if result.is_error != Some(true) => {
             DispatchResult::Committed {
                 receipt: receipt_of(result),
@@ -149,14 +171,24 @@ fn refused(tool: &str, outcome: &str, detail: String, advice: &str) -> CallToolR
 }
 
 impl Protected<'_> {
-    fn header<'s>(&'s self, name: &'s Option<String>) -> Option<(&'s str, Option<&'s str>)> {
-        name.as_deref().map(|n| {
-            let value = self
-                .headers
-                .and_then(|h| h.get(n))
-                .and_then(|v| v.to_str().ok());
-            (n, value)
-        })
+    /// The configured header `name` and its value in the request; a value that is not
+    /// visible ASCII is refused, never taken as absent.
+    fn header<'s>(
+        &'s self,
+        name: &'s Option<String>,
+    ) -> Result<Option<(&'s str, Option<&'s str>)>, IdentityError> {
+        let Some(name) = name.as_deref() else {
+            return Ok(None);
+        };
+        let value = self.headers.and_then(|h| h.get(name));
+        match value.map(|v| v.to_str()) {
+            None => Ok(Some((name, None))),
+            Some(Ok(text)) => Ok(Some((name, Some(text)))),
+            Some(Err(_)) => Err(IdentityError::BadHeader {
+                name: name.to_owned(),
+                problem: "is not visible ASCII",
+            }),
+        }
     }
 
     /// Runs the call.
@@ -187,6 +219,20 @@ impl Protected<'_> {
         let ledger_tool = self.tool.ledger_name();
         let target = target_of(&intent_json, &self.policy.target_fields)
             .map_err(|e| invalid(format!("effect target: {e}")))?;
+        let headers = self
+            .header(&config.conversation_header)
+            .and_then(|c| Ok((c, self.header(&config.turn_header)?)));
+        let (conversation, turn) = match headers {
+            Ok(headers) => headers,
+            Err(e) => {
+                return Ok(refused(
+                    &self.tool.name,
+                    "no_identity",
+                    e.to_string(),
+                    "send the header as visible ASCII text",
+                ))
+            }
+        };
         let offered = Offered {
             tenant: &self.tenant.name,
             namespace: &config.namespace,
@@ -198,8 +244,8 @@ impl Protected<'_> {
                 .as_deref()
                 .map(|name| (name, key_value.as_ref())),
             derive: self.tool.derive_key,
-            conversation: self.header(&config.conversation_header),
-            turn: self.header(&config.turn_header),
+            conversation,
+            turn,
             target: target.as_deref(),
         };
         let identity = match resolve(&offered) {
@@ -317,17 +363,35 @@ impl Protected<'_> {
                 count();
                 return Ok(response);
             }
-            (Ok(EffectOutcome::FailedBeforeEffect { .. }), Some(CallToolResponse::Complete(r)))
-                if r.is_error == Some(true) =>
-            {
+            (Ok(EffectOutcome::FailedBeforeEffect { .. }), Some(CallToolResponse::Complete(r))) => {
                 count();
+                let advice = if r.is_error == Some(true) {
+                    "nothing took effect; correct the request before calling again"
+                } else {
+                    "the upstream did nothing (it declares so for this answer); calling \
+                     again with the same identity may do it"
+                };
                 return Ok(marked(
                     r.into(),
                     &key,
                     "failed_before_effect",
                     source,
-                    "nothing took effect; correct the request before calling again",
+                    advice,
                 ));
+            }
+            (Ok(EffectOutcome::FailedBeforeEffect { proof }), None) => {
+                count();
+                return Ok(failure(json!({
+                    "effect": {
+                        "key": key.to_string(),
+                        "outcome": "failed_before_effect",
+                        "source": source,
+                    },
+                    "detail": proof,
+                    "advice": "nothing was sent to the upstream or it refused the request as \
+                               such; call again later with the same identity",
+                }))
+                .into());
             }
             _ => finish(&key, result)?,
         };
@@ -470,6 +534,20 @@ mod tests {
         assert!(matches!(
             classify(&rule(), &undeclared),
             DispatchResult::Unknown { .. }
+        ));
+        let declined = Ok(CallToolResult::structured(json!({ "declined": true })).into());
+        assert!(matches!(
+            classify(&rule(), &declined),
+            DispatchResult::Committed { .. }
+        ));
+        let nothing_done = BeforeEffect {
+            result_pointer: Some("/declined".into()),
+            result_values: vec![json!(true)],
+            ..rule()
+        };
+        assert!(matches!(
+            classify(&nothing_done, &declined),
+            DispatchResult::NotCommitted { .. }
         ));
         let all = BeforeEffect {
             all_tool_errors: true,

@@ -14,10 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ErrorData,
-    Implementation, ProtocolVersion, Tool,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ErrorData, Implementation, ProtocolVersion, Tool,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, ServiceError};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, RequestContext, RunningService, ServiceError,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, RoleClient};
@@ -37,6 +39,22 @@ impl ClientHandler for GatewayClient {
             ClientCapabilities::builder().enable_elicitation().build(),
             Implementation::new("ledger-mcp-gateway", env!("CARGO_PKG_VERSION")),
         )
+    }
+
+    /// A question asked in the middle of a call (the 2025-11-25 way, over a session) has
+    /// nobody to answer it: the gateway's client is not on that connection. It is
+    /// refused as an error, never answered for the user (a decline would read as the
+    /// user's answer, and the call's result would be kept as the effect's).
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Err(ErrorData::invalid_request(
+            "the ledger gateway cannot put a question to the user in the middle of a call; \
+             ask with an input_required result (MCP 2026-07-28)",
+            None,
+        ))
     }
 }
 
@@ -78,17 +96,16 @@ pub struct Upstream {
     session: Mutex<Option<Arc<Session>>>,
 }
 
-/// Whether `error` or one of its sources says that a connection was refused or the
-/// address could not be reached: the request cannot have been sent.
+/// Whether `error` or one of its sources says that a connection was refused, or that no
+/// local address could be had for it: errors only a connect gives, so the request cannot
+/// have been sent. (An unreachable host or network is not taken as proof: an open
+/// connection can report one after its request left.)
 fn never_connected(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(e) = next {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind::*;
-            if matches!(
-                io.kind(),
-                ConnectionRefused | AddrNotAvailable | NetworkUnreachable | HostUnreachable
-            ) {
+            if matches!(io.kind(), ConnectionRefused | AddrNotAvailable) {
                 return true;
             }
         }
@@ -266,7 +283,9 @@ mod tests {
         }
         let refused = Wrapper(std::io::ErrorKind::ConnectionRefused.into());
         let reset = Wrapper(std::io::ErrorKind::ConnectionReset.into());
+        let unreachable = Wrapper(std::io::ErrorKind::HostUnreachable.into());
         assert!(never_connected(&refused));
         assert!(!never_connected(&reset));
+        assert!(!never_connected(&unreachable));
     }
 }

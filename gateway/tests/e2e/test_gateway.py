@@ -353,3 +353,22 @@ async def test_an_upstream_of_the_2025_era_alone_is_spoken_to_in_its_era(
     retried = await call(stack, kind, "refund", args, instance="gw-b")
     assert outcome(retried) == "replayed", retried
     assert len(refunds_of(stack, order)) == 1
+
+
+@pytest.mark.anyio
+async def test_a_declined_question_does_nothing_and_a_later_yes_closes_once(stack: Stack) -> None:
+    account, conversation = unique("acct"), unique("conv")
+    args = {"account_id": account}
+    # The user says no: the shop does nothing, and the operator declared that answer as
+    # doing nothing, so it is not kept as the effect.
+    declined = await call(stack, PY_2026, "close_account", args, conversation=conversation, confirm=False)
+    assert declined["isError"] is False and outcome(declined) == "failed_before_effect", declined
+    assert closures_of(stack, account) == []
+    # Asked again later, on the other instance, the user says yes: done, once.
+    done = await call(
+        stack, ClientKind("ts", "2026"), "close_account", args, instance="gw-b", conversation=conversation, confirm=True
+    )
+    assert done["isError"] is False and outcome(done) == "done", done
+    again = await call(stack, PY_2026, "close_account", args, conversation=conversation, confirm=True)
+    assert outcome(again) == "replayed", again
+    assert len(closures_of(stack, account)) == 1
