@@ -90,10 +90,22 @@ pub enum UpstreamError {
     },
 }
 
+/// The connection to an upstream, or why there is none.
+#[derive(Default)]
+struct Slot {
+    session: Option<Arc<Session>>,
+    /// When the last handshake failed, and why: callers that queued behind it get the
+    /// same answer for a while instead of each waiting out a handshake of their own.
+    failed: Option<(tokio::time::Instant, String)>,
+}
+
+/// How long a failed handshake answers for the upstream before another is tried.
+const HANDSHAKE_RETRY_MS: u64 = 1_000;
+
 /// One upstream server.
 pub struct Upstream {
     config: UpstreamConfig,
-    session: Mutex<Option<Arc<Session>>>,
+    session: Mutex<Slot>,
 }
 
 /// Whether `error` or one of its sources says that a connection was refused, or that no
@@ -119,7 +131,7 @@ impl Upstream {
     pub fn new(config: UpstreamConfig) -> Self {
         Upstream {
             config,
-            session: Mutex::new(None),
+            session: Mutex::new(Slot::default()),
         }
     }
 
@@ -146,8 +158,16 @@ impl Upstream {
     /// nothing of the request it was for was sent.
     pub async fn session(&self) -> Result<Arc<Session>, UpstreamError> {
         let mut slot = self.session.lock().await;
-        if let Some(session) = slot.as_ref().filter(|s| !s.is_closed()) {
+        if let Some(session) = slot.session.as_ref().filter(|s| !s.is_closed()) {
             return Ok(session.clone());
+        }
+        if let Some((at, detail)) = &slot.failed {
+            if at.elapsed() < Duration::from_millis(HANDSHAKE_RETRY_MS) {
+                return Err(self.not_sent(format!(
+                    "{detail} (the last handshake, {} ms ago)",
+                    at.elapsed().as_millis()
+                )));
+            }
         }
         let mut headers = HashMap::new();
         for (name, value) in &self.config.headers {
@@ -167,24 +187,43 @@ impl Upstream {
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         };
         let timeout = Duration::from_millis(self.config.timeout_ms);
-        let session = tokio::time::timeout(
+        let made = tokio::time::timeout(
             timeout,
             GatewayClient.serve_with_lifecycle(transport, lifecycle),
         )
-        .await
-        .map_err(|_| self.not_sent(format!("no handshake within {timeout:?}")))?
-        .map_err(|e| self.not_sent(e.to_string()))?;
+        .await;
+        let session = match made {
+            Ok(Ok(session)) => session,
+            Ok(Err(e)) => return Err(self.handshake_failed(&mut slot, e.to_string())),
+            Err(_) => {
+                let detail = format!("no handshake within {timeout:?}");
+                return Err(self.handshake_failed(&mut slot, detail));
+            }
+        };
         tracing::info!(upstream = %self.config.name, "connected");
         let session = Arc::new(session);
-        *slot = Some(session.clone());
+        *slot = Slot {
+            session: Some(session.clone()),
+            failed: None,
+        };
         Ok(session)
+    }
+
+    fn handshake_failed(&self, slot: &mut Slot, detail: String) -> UpstreamError {
+        tracing::warn!(upstream = %self.config.name, %detail, "cannot connect");
+        slot.failed = Some((tokio::time::Instant::now(), detail.clone()));
+        self.not_sent(detail)
     }
 
     /// Forgets a connection that broke, so the next request makes a new one.
     async fn forget(&self, broken: &Arc<Session>) {
         let mut slot = self.session.lock().await;
-        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, broken)) {
-            *slot = None;
+        if slot
+            .session
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, broken))
+        {
+            slot.session = None;
         }
     }
 
@@ -266,6 +305,31 @@ pub fn to_mcp_error(error: UpstreamError) -> ErrorData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An upstream nobody listens for: the call is not sent, and the calls right after it
+    /// are told so at once instead of each trying a handshake of their own.
+    #[tokio::test]
+    async fn an_unreachable_upstream_fails_fast_and_proves_nothing_was_sent() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let upstream = Upstream::new(UpstreamConfig {
+            name: "gone".into(),
+            url: format!("http://{addr}/mcp"),
+            headers: Default::default(),
+            timeout_ms: 5_000,
+            concurrency: 4,
+        });
+        let first = upstream.call_tool(CallToolRequestParams::new("refund")).await;
+        assert!(matches!(first, Err(UpstreamError::NotSent { .. })), "{first:?}");
+        let second = upstream.call_tool(CallToolRequestParams::new("refund")).await;
+        match second {
+            Err(UpstreamError::NotSent { detail, .. }) => {
+                assert!(detail.contains("the last handshake"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn a_refused_connection_anywhere_in_the_chain_proves_nothing_was_sent() {
