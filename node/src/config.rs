@@ -319,6 +319,11 @@ pub struct NodeConfig {
     /// at every SIGHUP; [`NodeConfig::load`] puts its content in `cluster_secret`).
     #[serde(default)]
     pub cluster_secret_file: Option<PathBuf>,
+    /// Secrets also accepted from peers, never sent: the old secret while a new one is
+    /// rolled out node by node (docs/operations.md, "The cluster secret"), so that nodes
+    /// between two reloads still hear each other.
+    #[serde(default)]
+    pub previous_cluster_secrets: Vec<String>,
     /// API keys of tenants and the operator.
     #[serde(default)]
     pub api_keys: Vec<ApiKey>,
@@ -438,6 +443,9 @@ impl NodeConfig {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
         if self.cluster_secret.len() < 16 {
             return invalid("cluster_secret must be at least 16 characters".into());
+        }
+        if self.previous_cluster_secrets.iter().any(|s| s.len() < 16) {
+            return invalid("previous_cluster_secrets must be at least 16 characters each".into());
         }
         for key in &self.api_keys {
             if key.operator == key.tenant.is_some() {

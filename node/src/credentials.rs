@@ -19,7 +19,8 @@ use crate::config::{ConfigError, NodeConfig};
 /// One configuration's secrets.
 pub struct Credentials {
     cluster_secret: String,
-    cluster_secret_digest: [u8; 32],
+    /// The cluster secret's digest, then those of the previous secrets still accepted.
+    accepted_secret_digests: Vec<[u8; 32]>,
     keys: Vec<([u8; 32], Caller)>,
 }
 
@@ -39,7 +40,10 @@ impl Credentials {
             keys.push((key.digest()?, key.caller()));
         }
         Ok(Credentials {
-            cluster_secret_digest: digest(&config.cluster_secret),
+            accepted_secret_digests: std::iter::once(&config.cluster_secret)
+                .chain(&config.previous_cluster_secrets)
+                .map(|s| digest(s))
+                .collect(),
             cluster_secret: config.cluster_secret.clone(),
             keys,
         })
@@ -58,9 +62,13 @@ impl Credentials {
         found.cloned()
     }
 
-    /// Whether `offered` is the cluster secret (compared in constant time).
+    /// Whether `offered` is the cluster secret or a previous one still accepted (compared
+    /// with each in constant time).
     pub fn is_cluster_secret(&self, offered: &str) -> bool {
-        bool::from(digest(offered).ct_eq(&self.cluster_secret_digest))
+        let offered = digest(offered);
+        self.accepted_secret_digests
+            .iter()
+            .fold(false, |known, d| known | bool::from(d.ct_eq(&offered)))
     }
 
     /// The cluster secret, sent with every call to a peer.
@@ -134,6 +142,18 @@ mod tests {
         assert_eq!(c.caller(&hex), None);
         assert!(c.is_cluster_secret("0123456789abcdef"));
         assert!(!c.is_cluster_secret("0123456789abcdeg"));
+    }
+
+    #[test]
+    fn a_previous_cluster_secret_is_accepted_but_never_sent() {
+        let c = Credentials::from_config(&config(
+            "previous_cluster_secrets = [\"the-old-secret-0001\"]\n",
+        ))
+        .unwrap();
+        assert!(c.is_cluster_secret("0123456789abcdef"));
+        assert!(c.is_cluster_secret("the-old-secret-0001"));
+        assert!(!c.is_cluster_secret("the-old-secret-0002"));
+        assert_eq!(c.cluster_secret(), "0123456789abcdef");
     }
 
     #[test]

@@ -198,8 +198,13 @@ async fn reload_on_hangup(security: Security, path: PathBuf, overrides: Override
         let reloaded = NodeConfig::load(&path, overrides.clone())
             .map_err(|e| e.to_string())
             .and_then(|config| security.reload(&config));
-        if let Err(e) = reloaded {
-            tracing::error!("reload refused, the secrets and certificates in force stay: {e}");
+        match reloaded {
+            Ok(()) => {
+                tracing::info!("reloaded: the file's keys, secrets and certificates are in force")
+            }
+            Err(e) => {
+                tracing::error!("reload refused, the secrets and certificates in force stay: {e}")
+            }
         }
     }
 }

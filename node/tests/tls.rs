@@ -342,3 +342,67 @@ async fn the_plaintext_health_port_of_a_tls_node_answers_probes_and_nothing_else
         "the health port served the ledger"
     );
 }
+
+/// The cluster secret rotated node by node without a moment where peers refuse each
+/// other: first every node also accepts the new secret, then each sends it (still
+/// accepting the old one), then the old one is dropped. Each step is checked on the Raft
+/// service of every node, and the cluster replicates a claim at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_secret_rotates_node_by_node_with_peers_agreeing_throughout() {
+    const NEW: &str = "the-new-cluster-secret-02";
+    let pki = tempfile::tempdir().expect("temp dir");
+    let ca = certs::write_pki(pki.path(), 3);
+    let mut cluster = ProcessCluster::start_with(3, default_keys_toml(), Some(pki.path().into()));
+    cluster.form().await;
+    let accepts = |addr: String, secret: &'static str| {
+        let ca = ca.pem.clone();
+        let cert = leaf_of(pki.path(), "node2");
+        async move {
+            // Past authentication, the made-up vote is refused as such.
+            vote(tls_channel(&addr, &ca, Some(&cert)), secret).await == Code::InvalidArgument
+        }
+    };
+    let endpoints = cluster.endpoints();
+    for addr in &endpoints {
+        assert!(
+            !accepts(addr.clone(), NEW).await,
+            "{addr} took a secret it does not know"
+        );
+    }
+    let steps: [(&str, &[&str]); 3] = [(SECRET, &[NEW]), (NEW, &[SECRET]), (NEW, &[])];
+    for (step, (current, previous)) in steps.into_iter().enumerate() {
+        for i in 0..3 {
+            cluster.set_secret(i, current, previous);
+            cluster.hangup(i);
+        }
+        for addr in &endpoints {
+            let addr = addr.clone();
+            wait_until(
+                &format!("{addr} holds step {step}'s secrets"),
+                10_000,
+                || {
+                    let addr = addr.clone();
+                    async move {
+                        let new_ok = accepts(addr.clone(), NEW).await;
+                        let old_ok = accepts(addr, SECRET).await;
+                        new_ok && (old_ok == (step < 2))
+                    }
+                },
+            )
+            .await;
+        }
+    }
+    let tenant = cluster.client(TENANT_KEY);
+    let outcome = tenant
+        .claim(
+            "rotated-claim-1",
+            declaration("rotated"),
+            "tester",
+            None,
+            None,
+        )
+        .await
+        .expect("a claim after the rotation");
+    assert!(matches!(outcome, ClaimOutcome::Proceed(_)), "{outcome:?}");
+    cluster.converged().await;
+}

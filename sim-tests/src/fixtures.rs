@@ -110,6 +110,7 @@ impl ClusterSettings {
             storage: StorageKind::Memory,
             cluster_secret: CLUSTER_SECRET.into(),
             cluster_secret_file: None,
+            previous_cluster_secrets: Vec::new(),
             api_keys: vec![
                 ApiKey::plain(OPERATOR_KEY, None),
                 ApiKey::plain(TENANT_KEY, Some(TENANT)),

@@ -68,6 +68,8 @@ pub struct ProcessCluster {
     ports: Vec<u16>,
     metrics_ports: Vec<u16>,
     health_ports: Vec<u16>,
+    /// Each node's cluster secret and the previous secrets it also accepts.
+    secrets: Vec<(String, Vec<String>)>,
     children: Vec<Option<Child>>,
     /// The `[[api_keys]]` tables every node's configuration holds.
     keys_toml: String,
@@ -107,6 +109,7 @@ impl ProcessCluster {
             ports,
             metrics_ports,
             health_ports,
+            secrets: (0..n).map(|_| (SECRET.to_owned(), Vec::new())).collect(),
             children: (0..n).map(|_| None).collect(),
             keys_toml,
             tls_dir,
@@ -140,6 +143,16 @@ impl ProcessCluster {
         for i in 0..self.ports.len() {
             self.write_config(i);
         }
+    }
+
+    /// Rewrites node `i`'s configuration with `secret` as its cluster secret and
+    /// `previous` as the secrets it also accepts (in force at its next start or SIGHUP).
+    pub fn set_secret(&mut self, i: usize, secret: &str, previous: &[&str]) {
+        self.secrets[i] = (
+            secret.to_owned(),
+            previous.iter().map(|s| (*s).to_owned()).collect(),
+        );
+        self.write_config(i);
     }
 
     /// Sends SIGHUP to node `i`.
@@ -179,7 +192,8 @@ listen_addr = "127.0.0.1:{port}"
 metrics_listen_addr = "127.0.0.1:{metrics_port}"
 health_listen_addr = "127.0.0.1:{health_port}"
 data_dir = "{data}"
-cluster_secret = "{SECRET}"
+cluster_secret = "{secret}"
+previous_cluster_secrets = {previous:?}
 {keys}
 {tls}
 [raft]
@@ -195,6 +209,8 @@ interval_ms = 100
             port = self.ports[i],
             metrics_port = self.metrics_ports[i],
             health_port = self.health_ports[i],
+            secret = self.secrets[i].0,
+            previous = self.secrets[i].1,
             data = self.dir.path().join(format!("node{}", i + 1)).display(),
             keys = self.keys_toml,
             tls = self.tls_toml(i),
