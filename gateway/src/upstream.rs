@@ -320,9 +320,16 @@ mod tests {
             timeout_ms: 5_000,
             concurrency: 4,
         });
-        let first = upstream.call_tool(CallToolRequestParams::new("refund")).await;
-        assert!(matches!(first, Err(UpstreamError::NotSent { .. })), "{first:?}");
-        let second = upstream.call_tool(CallToolRequestParams::new("refund")).await;
+        let first = upstream
+            .call_tool(CallToolRequestParams::new("refund"))
+            .await;
+        assert!(
+            matches!(first, Err(UpstreamError::NotSent { .. })),
+            "{first:?}"
+        );
+        let second = upstream
+            .call_tool(CallToolRequestParams::new("refund"))
+            .await;
         match second {
             Err(UpstreamError::NotSent { detail, .. }) => {
                 assert!(detail.contains("the last handshake"), "{detail}")

@@ -41,31 +41,20 @@ pub use ledger_mcp::{meta, metrics, reply};
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
-use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
 
 pub use config::ServerConfig;
 pub use server::{StartError, ToolServer};
 
-/// Largest HTTP request body the server reads (arguments have their own, smaller limit).
-const REQUEST_BODY_BYTES_MAX: usize = 256 * 1024;
-
 /// Binds the server's listener; returns it and its address.
 pub async fn bind(config: &ServerConfig) -> Result<(TcpListener, SocketAddr), StartError> {
-    let listen = |e: std::io::Error| StartError::Listen {
-        addr: config.listen_addr.to_string(),
-        message: e.to_string(),
-    };
-    let listener = TcpListener::bind(config.listen_addr)
+    ledger_mcp::serve::bind(config.listen_addr)
         .await
-        .map_err(listen)?;
-    let addr = listener.local_addr().map_err(listen)?;
-    Ok((listener, addr))
+        .map_err(|e| StartError::Listen {
+            addr: config.listen_addr.to_string(),
+            message: e.to_string(),
+        })
 }
 
 /// Serves MCP on `listener` until `shutdown` resolves.
@@ -74,36 +63,8 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    let mut http = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true);
-    if !config.allowed_hosts.is_empty() {
-        http = http.with_allowed_hosts(config.allowed_hosts.clone());
-    }
+    let allowed_hosts = config.allowed_hosts.clone();
     let handler = ToolServer::new(config)?;
-    http.max_request_body_bytes = REQUEST_BODY_BYTES_MAX;
-    let service = StreamableHttpService::new(
-        move || Ok(handler.clone()),
-        Arc::new(NeverSessionManager::default()),
-        http,
-    );
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
-            () = &mut shutdown => return Ok(()),
-        };
-        let service = TowerToHyperService::new(service.clone());
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    ledger_mcp::serve::serve(handler, &allowed_hosts, listener, shutdown).await;
+    Ok(())
 }

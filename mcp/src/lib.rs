@@ -6,8 +6,10 @@
 //! - [`tenants`]: the tenants served, their bearer tokens and ledger clients.
 //! - [`reply`]: tool results and MCP errors from what running an effect came to.
 //! - [`metrics`]: tool calls, effects and confirmations counted.
+//! - [`serve`]: Streamable HTTP without sessions in either era; metrics and signals.
 
 pub mod meta;
 pub mod metrics;
 pub mod reply;
+pub mod serve;
 pub mod tenants;

@@ -49,31 +49,11 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = ServerConfig::load(&cli.config, cli.listen, cli.instance)?;
     if let Some(addr) = config.metrics_listen_addr {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| anyhow::anyhow!("metrics endpoint on {addr}: {e}"))?;
-        ledger_mcp_example::metrics::describe();
-        tracing::info!("metrics served at http://{addr}/metrics");
+        ledger_mcp::serve::serve_metrics(addr).map_err(anyhow::Error::msg)?;
     }
     let (listener, addr) = bind(&config).await?;
     tracing::info!(instance = %config.instance, %addr, "serving MCP");
     println!("listening {addr}");
-    serve(config, listener, shutdown()).await?;
+    serve(config, listener, ledger_mcp::serve::shutdown_signal()).await?;
     Ok(())
-}
-
-async fn shutdown() {
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
-    }
 }
