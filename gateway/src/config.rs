@@ -95,7 +95,9 @@ pub struct BeforeEffect {
     /// JSON-RPC error codes the upstream answers only before its tool acts. By default
     /// the codes of a request refused as such: parse error, invalid request, method not
     /// found, invalid params, and a client capability the request needs missing
-    /// (-32021, MCP 2026-07-28).
+    /// (-32021, MCP 2026-07-28). They hold for the official SDKs, which check a call
+    /// before its tool runs; an upstream whose tool handlers answer such a code after
+    /// acting must be given a narrower list.
     #[serde(default = "default_before_effect_codes")]
     pub jsonrpc_codes: Vec<i32>,
     /// Every `isError` result is before effect (the upstream declares that its tool
