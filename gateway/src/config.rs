@@ -39,23 +39,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use ledger_core::ToolName;
+use ledger_mcp::config::{self, FrontEnd, FrontEndConfig, FrontEndMut};
 use ledger_mcp::tenants::{LedgerTls, TenantConfig};
 
-/// Why a configuration was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {message}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The text is not a valid configuration.
-    #[error("invalid gateway configuration: {0}")]
-    Invalid(String),
-}
+pub use ledger_mcp::config::ConfigError;
 
 /// What the gateway does with a tool that no `[[tools]]` entry names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -299,16 +286,7 @@ fn is_pointer(p: &str) -> bool {
 impl GatewayConfig {
     /// Parses and checks a configuration; relative paths are taken from `dir`.
     pub fn from_toml(text: &str, dir: &Path) -> Result<Self, ConfigError> {
-        let mut config: GatewayConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if config.policy_file.is_relative() {
-            config.policy_file = dir.join(&config.policy_file);
-        }
-        if let Some(tls) = &mut config.ledger_tls {
-            tls.resolve(dir);
-        }
-        config.validate()?;
-        Ok(config)
+        config::from_toml(text, dir)
     }
 
     /// Loads the file at `path`, with the listen address and instance name overridden
@@ -318,19 +296,7 @@ impl GatewayConfig {
         listen: Option<SocketAddr>,
         instance: Option<String>,
     ) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        let mut config = Self::from_toml(&text, path.parent().unwrap_or(Path::new(".")))?;
-        if let Some(listen) = listen {
-            config.listen_addr = listen;
-        }
-        if let Some(instance) = instance {
-            config.instance = instance;
-        }
-        config.validate()?;
-        Ok(config)
+        config::load(path, listen, instance)
     }
 
     /// The configured tool called `name`.
@@ -338,21 +304,8 @@ impl GatewayConfig {
         self.tools.iter().find(|t| t.name == name)
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate_upstreams_and_tools(&self) -> Result<(), ConfigError> {
         let invalid = |m: String| Err(ConfigError::Invalid(m));
-        if self.instance.is_empty() || self.namespace.is_empty() {
-            return invalid("instance and namespace must not be empty".into());
-        }
-        if self.lease_ms < 30 {
-            return invalid("lease_ms must be at least 30".into());
-        }
-        if self.ledger_endpoints.is_empty() {
-            return invalid("ledger_endpoints must name at least one node".into());
-        }
-        if let Some(tls) = &self.ledger_tls {
-            tls.check().map_err(ConfigError::Invalid)?;
-        }
-        ledger_mcp::tenants::check_tenants(&self.tenants).map_err(ConfigError::Invalid)?;
         if self.upstreams.is_empty() {
             return invalid("at least one [[upstreams]] entry is required".into());
         }
@@ -443,6 +396,32 @@ impl GatewayConfig {
             }
         }
         Ok(())
+    }
+}
+
+impl FrontEndConfig for GatewayConfig {
+    fn front_end(&self) -> FrontEnd<'_> {
+        FrontEnd {
+            instance: &self.instance,
+            namespace: &self.namespace,
+            lease_ms: self.lease_ms,
+            ledger_endpoints: &self.ledger_endpoints,
+            ledger_tls: self.ledger_tls.as_ref(),
+            tenants: &self.tenants,
+        }
+    }
+
+    fn front_end_mut(&mut self) -> FrontEndMut<'_> {
+        FrontEndMut {
+            listen_addr: &mut self.listen_addr,
+            instance: &mut self.instance,
+            policy_file: &mut self.policy_file,
+            ledger_tls: self.ledger_tls.as_mut(),
+        }
+    }
+
+    fn check_own(&self) -> Result<(), ConfigError> {
+        self.validate_upstreams_and_tools()
     }
 }
 

@@ -25,8 +25,9 @@ use rmcp::{RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 use ledger_client::policy_file::{describe, ToolHints};
-use ledger_client::{PolicyFile, RunOptions};
+use ledger_client::PolicyFile;
 use ledger_core::{ReplayClass, ToolPolicy};
+use ledger_mcp::config::FrontEndConfig;
 use ledger_mcp::tenants::{Tenant, Tenants};
 
 use crate::config::{GatewayConfig, ToolConfig, Unlisted};
@@ -140,16 +141,7 @@ impl Gateway {
     /// per tenant and a connection per upstream (made on first use).
     pub fn new(config: GatewayConfig) -> Result<Self, StartError> {
         let policies = PolicyFile::load(&config.policy_file)?;
-        let tenants = Tenants::connect(
-            &config.tenants,
-            &config.ledger_endpoints,
-            config.ledger_tls.as_ref(),
-            &config.instance,
-            RunOptions {
-                lease_ms: config.lease_ms,
-                ..RunOptions::default()
-            },
-        )?;
+        let tenants = config.front_end().connect()?;
         let upstreams: Vec<Arc<Upstream>> = config
             .upstreams
             .iter()

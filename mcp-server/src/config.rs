@@ -26,22 +26,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// Why a configuration was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {message}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The text is not a configuration.
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
-}
+use ledger_mcp::config::{self, FrontEnd, FrontEndConfig, FrontEndMut};
 
+pub use ledger_mcp::config::ConfigError;
 pub use ledger_mcp::tenants::{LedgerTls, TenantConfig};
 
 /// A tool server instance's configuration.
@@ -114,16 +101,7 @@ fn default_provider_timeout_ms() -> u64 {
 impl ServerConfig {
     /// Parses and checks a configuration; relative paths are taken from `dir`.
     pub fn from_toml(text: &str, dir: &Path) -> Result<Self, ConfigError> {
-        let mut config: ServerConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if config.policy_file.is_relative() {
-            config.policy_file = dir.join(&config.policy_file);
-        }
-        if let Some(tls) = &mut config.ledger_tls {
-            tls.resolve(dir);
-        }
-        config.validate()?;
-        Ok(config)
+        config::from_toml(text, dir)
     }
 
     /// Loads the configuration file at `path` and applies what the command line
@@ -133,40 +111,38 @@ impl ServerConfig {
         listen: Option<SocketAddr>,
         instance: Option<String>,
     ) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let mut config = Self::from_toml(&text, dir)?;
-        if let Some(listen) = listen {
-            config.listen_addr = listen;
+        config::load(path, listen, instance)
+    }
+}
+
+impl FrontEndConfig for ServerConfig {
+    fn front_end(&self) -> FrontEnd<'_> {
+        FrontEnd {
+            instance: &self.instance,
+            namespace: &self.namespace,
+            lease_ms: self.lease_ms,
+            ledger_endpoints: &self.ledger_endpoints,
+            ledger_tls: self.ledger_tls.as_ref(),
+            tenants: &self.tenants,
         }
-        if let Some(instance) = instance {
-            config.instance = instance;
-        }
-        config.validate()?;
-        Ok(config)
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |m: &str| Err(ConfigError::Invalid(m.into()));
-        if self.instance.is_empty() || self.namespace.is_empty() {
-            return invalid("instance and namespace must not be empty");
+    fn front_end_mut(&mut self) -> FrontEndMut<'_> {
+        FrontEndMut {
+            listen_addr: &mut self.listen_addr,
+            instance: &mut self.instance,
+            policy_file: &mut self.policy_file,
+            ledger_tls: self.ledger_tls.as_mut(),
         }
-        if self.lease_ms < 30 {
-            return invalid("lease_ms must be at least 30");
-        }
-        if self.ledger_endpoints.is_empty() {
-            return invalid("ledger_endpoints must name at least one node");
-        }
+    }
+
+    fn check_own(&self) -> Result<(), ConfigError> {
         if self.request_state_key.len() < 32 {
-            return invalid("request_state_key must be at least 32 bytes");
+            return Err(ConfigError::Invalid(
+                "request_state_key must be at least 32 bytes".into(),
+            ));
         }
-        if let Some(tls) = &self.ledger_tls {
-            tls.check().map_err(ConfigError::Invalid)?;
-        }
-        ledger_mcp::tenants::check_tenants(&self.tenants).map_err(ConfigError::Invalid)
+        Ok(())
     }
 }
 

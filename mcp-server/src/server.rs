@@ -16,9 +16,10 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 
 use ledger_client::policy_file::describe;
-use ledger_client::{effect_key, target_of, PolicyFile, RunOptions};
+use ledger_client::{effect_key, target_of, PolicyFile};
 use ledger_core::{Authority, Declaration, ReplayClass, ToolName, ToolPolicy, ToolRef};
-use ledger_mcp::tenants::{Tenant, Tenants};
+use ledger_mcp::config::FrontEndConfig;
+use ledger_mcp::tenants::Tenant;
 
 use crate::call::{Call, Inner};
 use crate::config::ServerConfig;
@@ -73,16 +74,7 @@ impl ToolServer {
     /// per tenant.
     pub fn new(config: ServerConfig) -> Result<Self, StartError> {
         let policies = PolicyFile::load(&config.policy_file)?;
-        let tenants = Tenants::connect(
-            &config.tenants,
-            &config.ledger_endpoints,
-            config.ledger_tls.as_ref(),
-            &config.instance,
-            RunOptions {
-                lease_ms: config.lease_ms,
-                ..RunOptions::default()
-            },
-        )?;
+        let tenants = config.front_end().connect()?;
         let providers = Providers::new(config.provider_addr.clone(), config.provider_timeout_ms);
         let confirmations = Confirmations::new(&config.request_state_key)?;
         Ok(ToolServer {
