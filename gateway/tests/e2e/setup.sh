@@ -16,34 +16,13 @@ cd "$(dirname "$0")/../../.."
 
 here=gateway/tests/e2e
 DIR=${GATEWAY_E2E_DIR:-target/gateway-e2e}
-PYTHON=${PYTHON:-python3}
+export PYTHON=${PYTHON:-python3}
 VENV=$DIR/venv
 TS=$DIR/ts
 
 # -- Python -----------------------------------------------------------------------------
 
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  echo "$PYTHON is older than 3.10; the MCP SDK needs 3.10 or later (set PYTHON)" >&2
-  exit 1
-fi
-if [ ! -x "$VENV/bin/python" ]; then
-  mkdir -p "$(dirname "$VENV")"
-  if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
-    # Debian's python3 ships venv separately.
-    echo "== installing python3-venv"
-    rm -rf "$VENV"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq python3-venv >/dev/null
-    "$PYTHON" -m venv "$VENV"
-  fi
-fi
-py_pins=$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)
-if [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$py_pins" ]; then
-  echo "== pip install -r $here/requirements.txt into $VENV"
-  nice "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt"
-  echo "$py_pins" >"$VENV/.pins"
-fi
+bash deploy/python-venv.sh "$VENV" "$here/requirements.txt"
 
 # -- Node.js ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
 here=mcp-server/tests/python
-PYTHON=${PYTHON:-python3}
+export PYTHON=${PYTHON:-python3}
 VENV=${MCP_PY_VENV:-target/python-e2e/venv}
 TIMEOUT_S=${MCP_PY_TIMEOUT_S:-600}
 
@@ -24,23 +24,7 @@ built=${CARGO_TARGET_DIR:-target}/debug
 [[ $built = /* ]] || built=$PWD/$built
 export LEDGER_BIN_DIR=${LEDGER_BIN_DIR:-$built}
 
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  echo "$PYTHON is older than 3.10; the MCP SDK needs 3.10 or later (set PYTHON)" >&2
-  exit 1
-fi
-if [ ! -x "$VENV/bin/python" ]; then
-  mkdir -p "$(dirname "$VENV")"
-  if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
-    # Debian's python3 ships venv separately.
-    echo "== installing python3-venv"
-    rm -rf "$VENV"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq python3-venv >/dev/null
-    "$PYTHON" -m venv "$VENV"
-  fi
-fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt"
+bash deploy/python-venv.sh "$VENV" "$here/requirements.txt"
 
 mkdir -p target/python-e2e
 work=$(mktemp -d "$PWD/target/python-e2e/run-XXXXXX")
