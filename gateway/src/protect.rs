@@ -45,31 +45,31 @@ pub fn forwarded_meta(meta: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
+/// Whether `result`'s structured content holds one of `values` at `pointer`: how the
+/// operator declares which answers did nothing.
+fn declared(pointer: Option<&String>, values: &[Value], result: &CallToolResult) -> bool {
+    pointer.is_some_and(|pointer| {
+        result
+            .structured_content
+            .as_ref()
+            .and_then(|body| body.pointer(pointer))
+            .is_some_and(|value| values.contains(value))
+    })
+}
+
 /// Whether an `isError` result is one the upstream declares it gives only before acting.
 fn tool_error_before_effect(rule: &BeforeEffect, result: &CallToolResult) -> bool {
-    if rule.all_tool_errors {
-        return true;
-    }
-    let Some(pointer) = &rule.tool_error_pointer else {
-        return false;
-    };
-    result
-        .structured_content
-        .as_ref()
-        .and_then(|body| body.pointer(pointer))
-        .is_some_and(|value| rule.tool_error_values.contains(value))
+    rule.all_tool_errors
+        || declared(
+            rule.tool_error_pointer.as_ref(),
+            &rule.tool_error_values,
+            result,
+        )
 }
 
 /// Whether a result that is not an error is one the operator declares does nothing.
 fn result_without_effect(rule: &BeforeEffect, result: &CallToolResult) -> bool {
-    let Some(pointer) = &rule.result_pointer else {
-        return false;
-    };
-    result
-        .structured_content
-        .as_ref()
-        .and_then(|body| body.pointer(pointer))
-        .is_some_and(|value| rule.result_values.contains(value))
+    declared(rule.result_pointer.as_ref(), &rule.result_values, result)
 }
 
 /// What an upstream's answer to a dispatched call proves.

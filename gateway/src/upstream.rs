@@ -250,29 +250,35 @@ impl Upstream {
         }
     }
 
-    /// One `tools/call`, answered within the upstream's timeout.
-    pub async fn call_tool(
-        &self,
-        params: CallToolRequestParams,
-    ) -> Result<CallToolResponse, UpstreamError> {
+    /// Runs `request` on the connection within the upstream's timeout, and sorts what a
+    /// failure proves.
+    async fn request<T, F, Fut>(&self, request: F) -> Result<T, UpstreamError>
+    where
+        F: FnOnce(Arc<Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ServiceError>>,
+    {
         let session = self.session().await?;
         let timeout = Duration::from_millis(self.config.timeout_ms);
-        match tokio::time::timeout(timeout, session.call_tool_once(params)).await {
-            Ok(Ok(response)) => Ok(response),
+        match tokio::time::timeout(timeout, request(session.clone())).await {
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(self.failed(&session, e).await),
             Err(_) => Err(self.lost(format!("no answer within {timeout:?}"))),
         }
     }
 
+    /// One `tools/call`, answered within the upstream's timeout.
+    pub async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResponse, UpstreamError> {
+        self.request(|s| async move { s.call_tool_once(params).await })
+            .await
+    }
+
     /// Every tool it lists.
     pub async fn list_tools(&self) -> Result<Vec<Tool>, UpstreamError> {
-        let session = self.session().await?;
-        let timeout = Duration::from_millis(self.config.timeout_ms);
-        match tokio::time::timeout(timeout, session.list_all_tools()).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => Err(self.failed(&session, e).await),
-            Err(_) => Err(self.lost(format!("no answer within {timeout:?}"))),
-        }
+        self.request(|s| async move { s.list_all_tools().await })
+            .await
     }
 
     /// Runs `request` on the connection, within the timeout, for the requests the
@@ -282,15 +288,7 @@ impl Upstream {
         F: FnOnce(Arc<Session>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ServiceError>>,
     {
-        let session = self.session().await.map_err(to_mcp_error)?;
-        let timeout = Duration::from_millis(self.config.timeout_ms);
-        match tokio::time::timeout(timeout, request(session.clone())).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(to_mcp_error(self.failed(&session, e).await)),
-            Err(_) => Err(to_mcp_error(
-                self.lost(format!("no answer within {timeout:?}")),
-            )),
-        }
+        self.request(request).await.map_err(to_mcp_error)
     }
 }
 
