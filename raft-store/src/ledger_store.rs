@@ -42,7 +42,24 @@ pub struct DiskStore {
     reads: Mutex<Writes>,
     /// Whether an entry is being applied.
     applying: bool,
+    /// Per table, where its first key on the disk can be (see [`Floor`]).
+    floors: Mutex<BTreeMap<Table, Floor>>,
     fault: Latch,
+}
+
+/// What a scan learnt about where a table's keys on the disk start, kept so that the next
+/// scan from the start of the table seeks straight there. The deadline tables (leases
+/// above all) are deleted from the front, and RocksDB keeps a deleted key until
+/// compaction reaches its last level: a scan from the start would step over every one of
+/// them, which at millions of effects costs more than the lookup it serves. A floor is
+/// only ever raised by a scan that saw the keys below it to be gone, and is lowered by
+/// every commit that puts a key below it, so it never hides a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Floor {
+    /// No key of the table on the disk is below this one.
+    Key(Vec<u8>),
+    /// The table has no key on the disk.
+    Empty,
 }
 
 /// The first damage a store met while reading; sticky.
@@ -107,10 +124,10 @@ fn note(writes: &mut Writes, table: Table, key: Vec<u8>, value: Option<Vec<u8>>)
     writes.entry(table).or_default().insert(key, value);
 }
 
-/// Locks a map of values, whether or not a panic poisoned it (the maps are only ever
-/// changed by whole inserts).
-fn locked(writes: &Mutex<Writes>) -> std::sync::MutexGuard<'_, Writes> {
-    writes.lock().unwrap_or_else(|p| p.into_inner())
+/// Locks a map, whether or not a panic poisoned it (the maps are only ever changed by
+/// whole inserts).
+fn locked<T>(map: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    map.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Tables whose size is bounded by the number of tenants, not of records, and which
@@ -173,6 +190,7 @@ impl DiskStore {
             cache: Mutex::default(),
             reads: Mutex::default(),
             applying: false,
+            floors: Mutex::default(),
             fault: Latch::default(),
         }
     }
@@ -197,8 +215,16 @@ impl DiskStore {
     /// (changed, created or removed), as stored (`keycode::key`).
     pub(crate) fn take_writes(&mut self, batch: &mut WriteBatch) -> Vec<Vec<u8>> {
         let mut cache = locked(&self.cache);
+        let mut floors = locked(&self.floors);
         let mut records = Vec::new();
         for (table, writes) in std::mem::take(&mut self.pending) {
+            // Keys come in order: the first put is the lowest.
+            let lowest = writes.iter().find(|(_, value)| value.is_some());
+            if let (Some(floor), Some((key, _))) = (floors.get_mut(&table), lowest) {
+                if !matches!(floor, Floor::Key(f) if key >= f) {
+                    *floor = Floor::Key(key.clone());
+                }
+            }
             for (key, value) in writes {
                 let at = disk_key(self.generation, table, &key);
                 if cached(table) {
@@ -212,7 +238,7 @@ impl DiskStore {
                 };
             }
         }
-        drop(cache);
+        drop((cache, floors));
         self.end_entry();
         records
     }
@@ -254,15 +280,38 @@ impl DiskStore {
         self.fault.fault()
     }
 
-    /// One page of `table` from the disk, keys without the prefix.
+    /// One page of `table` from the disk, keys without the prefix. Starts at the table's
+    /// floor when `from` is below it, and raises the floor when the page shows the keys
+    /// from there on to be gone.
     fn disk_page(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
+        let (start, learns) = match locked(&self.floors).get(&table) {
+            Some(Floor::Empty) => return Vec::new(),
+            Some(Floor::Key(floor)) if floor.as_slice() >= from => (floor.clone(), true),
+            Some(Floor::Key(_)) => (from.to_vec(), false),
+            // Nothing known yet: a scan from the very start learns the first floor.
+            None => (from.to_vec(), from.is_empty()),
+        };
         let range = |start: &[u8], end: &[u8], limit| {
             self.disk.range(Keyspace::State, start, Some(end), limit)
         };
-        table_page(range, self.generation, table, from, to, limit).unwrap_or_else(|e| {
-            self.fault.set(e);
-            Vec::new()
-        })
+        let page = match table_page(range, self.generation, table, &start, to, limit) {
+            Ok(page) => page,
+            Err(e) => {
+                self.fault.set(e);
+                return Vec::new();
+            }
+        };
+        if learns {
+            let learnt = match (page.first(), to) {
+                (Some((first, _)), _) => Some(Floor::Key(first.clone())),
+                (None, None) => Some(Floor::Empty),
+                (None, Some(to)) => (to > start.as_slice()).then(|| Floor::Key(to.to_vec())),
+            };
+            if let Some(learnt) = learnt {
+                locked(&self.floors).insert(table, learnt);
+            }
+        }
+        page
     }
 }
 
@@ -519,6 +568,134 @@ mod tests {
         disk.write(behind).unwrap();
         assert_eq!(store.get(Table::Records, b"later"), Some(vec![4]));
         assert!(locked(&store.reads).is_empty());
+        assert!(store.fault().is_none());
+    }
+
+    /// A disk that notes where each range read starts.
+    struct Spy {
+        disk: SimDisk,
+        starts: Mutex<Vec<Vec<u8>>>,
+    }
+
+    impl crate::disk::Disk for Spy {
+        fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
+            self.disk.write(batch)
+        }
+        fn sync(&self) -> Result<(), DiskError> {
+            self.disk.sync()
+        }
+        fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError> {
+            self.disk.get(space, key)
+        }
+        fn range(
+            &self,
+            space: Keyspace,
+            from: &[u8],
+            to: Option<&[u8]>,
+            limit: usize,
+        ) -> Result<Vec<crate::disk::KeyValue>, DiskError> {
+            locked(&self.starts).push(from.to_vec());
+            self.disk.range(space, from, to, limit)
+        }
+        fn last(&self, space: Keyspace) -> Result<Option<crate::disk::KeyValue>, DiskError> {
+            self.disk.last(space)
+        }
+        fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError> {
+            self.disk.view(space)
+        }
+    }
+
+    /// A scan from the start of a table seeks to the first key a previous scan found
+    /// there, past the keys deleted in front of it; every put below that point lowers it
+    /// again. Checked against the memory store through random puts, deletes and scans,
+    /// committed entry by entry.
+    #[test]
+    fn scans_from_the_start_skip_the_deleted_front_and_never_hide_a_key() {
+        use rand::rngs::SmallRng;
+        use rand::{RngExt, SeedableRng};
+
+        let spy = Arc::new(Spy {
+            disk: SimDisk::new(),
+            starts: Mutex::default(),
+        });
+        let disk: DiskRef = spy.clone();
+        let mut store = DiskStore::new(disk.clone(), 0);
+        let mut model = MemStore::new();
+        let commit = |store: &mut DiskStore| {
+            let mut batch = WriteBatch::new();
+            store.take_writes(&mut batch);
+            disk.write(batch).unwrap();
+        };
+        // A queue: 1,000 deadlines put, the first 990 deleted.
+        for i in 0u32..1_000 {
+            store.put(Table::Leases, i.to_be_bytes().to_vec(), vec![]);
+        }
+        commit(&mut store);
+        for i in 0u32..990 {
+            store.delete(Table::Leases, &i.to_be_bytes());
+        }
+        commit(&mut store);
+        for i in 990u32..1_000 {
+            model.put(Table::Leases, i.to_be_bytes().to_vec(), vec![]);
+        }
+        let first = |store: &DiskStore| store.scan(Table::Leases, &[], None, 1);
+        assert_eq!(first(&store), vec![(990u32.to_be_bytes().to_vec(), vec![])]);
+        locked(&spy.starts).clear();
+        assert_eq!(first(&store), vec![(990u32.to_be_bytes().to_vec(), vec![])]);
+        assert_eq!(
+            *locked(&spy.starts),
+            vec![disk_key(0, Table::Leases, &990u32.to_be_bytes())],
+            "the second scan starts at the first key the first one found"
+        );
+
+        let mut rng = SmallRng::seed_from_u64(7);
+        for i in 0u32..1_000 {
+            store.begin_entry();
+            for _ in 0..rng.random_range(0..4) {
+                let key = rng.random_range(0u32..1_200).to_be_bytes().to_vec();
+                if rng.random_bool(0.5) {
+                    store.put(Table::Leases, key.clone(), vec![1]);
+                    model.put(Table::Leases, key, vec![1]);
+                } else {
+                    store.delete(Table::Leases, &key);
+                    model.delete(Table::Leases, &key);
+                }
+            }
+            if i % 3 == 0 {
+                // Scans while an entry is being applied see its writes too.
+                let from = rng.random_range(0u32..1_200).to_be_bytes();
+                for from in [&[][..], &from[..]] {
+                    assert_eq!(
+                        store.scan(Table::Leases, from, None, 5),
+                        model.scan(Table::Leases, from, None, 5),
+                        "step {i}, from {from:?}"
+                    );
+                }
+            }
+            commit(&mut store);
+            let to = rng.random_range(0u32..1_200).to_be_bytes();
+            for to in [None, Some(&to[..])] {
+                assert_eq!(
+                    store.scan(Table::Leases, &[], to, 3),
+                    model.scan(Table::Leases, &[], to, 3),
+                    "step {i}, to {to:?}"
+                );
+            }
+        }
+        // Emptied, then filled from below what was the floor.
+        let all: Vec<Vec<u8>> = model
+            .scan(Table::Leases, &[], None, usize::MAX)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        for key in &all {
+            store.delete(Table::Leases, key);
+        }
+        commit(&mut store);
+        assert_eq!(first(&store), vec![]);
+        store.put(Table::Leases, vec![0], vec![2]);
+        commit(&mut store);
+        assert_eq!(first(&store), vec![(vec![0], vec![2])]);
         assert!(store.fault().is_none());
     }
 

@@ -161,8 +161,16 @@ fn a_bit_flip_in_a_synced_entry_is_named_and_never_served() {
                     .expect("flip")
                     .expect("entry stored");
 
-                // Served by no read of the running store either.
+                // Never served from the disk: the running store answers with the entry
+                // as it was appended (it keeps the latest entries in memory) or an
+                // error, and a store reading the disk itself answers with an error.
                 let read = log_store.try_get_log_entries(index..=index).await;
+                if let Ok(read) = read {
+                    assert_eq!(read, entries(index, index), "entry {index} after {flip:?}");
+                }
+                let read = RaftLogStore::new(disk.clone())
+                    .try_get_log_entries(index..=index)
+                    .await;
                 assert!(read.is_err(), "entry {index} served after {flip:?}");
 
                 let error = open(disk.clone())

@@ -91,6 +91,13 @@ impl RocksDisk {
             table.set_metadata_block_size(4096);
             table.set_pin_top_level_index_and_filter(true);
             let mut options = Options::default();
+            if space == Keyspace::State {
+                // Most of the ledger's lookups are of keys that do not exist (a new
+                // effect's record, tombstone and command id): a bloom filter over the
+                // memtable answers those without searching it.
+                options.set_memtable_prefix_bloom_ratio(0.05);
+                options.set_memtable_whole_key_filtering(true);
+            }
             options.set_compression_type(DBCompressionType::Lz4);
             options.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(space.name(), options)
