@@ -144,7 +144,7 @@ fn key_bounds(range: &impl RangeBounds<u64>) -> Option<([u8; 8], Option<[u8; 8]>
 }
 
 /// Encoded bytes of the entries kept in [`Recent`] at most.
-const RECENT_BYTES_MAX: usize = 8 << 20;
+const RECENT_BYTES_MAX: usize = 2 << 20;
 
 /// The entries appended last, as they were written, for reading them back without the
 /// disk: openraft reads every new entry soon after appending it, to apply it and, on the
