@@ -218,11 +218,13 @@ impl DiskStore {
         let mut floors = locked(&self.floors);
         let mut records = Vec::new();
         for (table, writes) in std::mem::take(&mut self.pending) {
-            // Keys come in order: the first put is the lowest.
-            let lowest = writes.iter().find(|(_, value)| value.is_some());
-            if let (Some(floor), Some((key, _))) = (floors.get_mut(&table), lowest) {
-                if !matches!(floor, Floor::Key(f) if key >= f) {
-                    *floor = Floor::Key(key.clone());
+            if let Some(floor) = floors.get_mut(&table) {
+                // Keys come in order: the first put is the lowest.
+                let lowest = writes.iter().find(|(_, value)| value.is_some());
+                if let Some((key, _)) = lowest {
+                    if !matches!(floor, Floor::Key(f) if key >= f) {
+                        *floor = Floor::Key(key.clone());
+                    }
                 }
             }
             for (key, value) in writes {

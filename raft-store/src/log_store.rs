@@ -169,6 +169,12 @@ impl Default for Recent {
     }
 }
 
+/// Locks the recent entries, whether or not a panic poisoned them (they are only ever
+/// changed by whole steps that keep them consecutive).
+fn locked(recent: &Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {
+    recent.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Recent {
     fn clear(&mut self) {
         self.entries.clear();
@@ -275,7 +281,7 @@ impl RaftLogStore {
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
-        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+        locked(&self.recent)
     }
 
     async fn read_meta<T: Send + 'static>(
@@ -398,7 +404,7 @@ impl RaftLogStore {
             let started = Instant::now();
             if !batch.is_empty() {
                 let written = disk.write(batch);
-                let mut recent = recent.lock().unwrap_or_else(|p| p.into_inner());
+                let mut recent = locked(&recent);
                 match written {
                     Ok(()) => recent.extend(appended),
                     Err(e) => {
