@@ -119,7 +119,7 @@ async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
     metrics::histogram!(BATCH_COMMANDS).record(count as f64);
     let request = LedgerRequest {
         stamp: time.stamp(),
-        commands,
+        commands: commands.into(),
     };
     let written = raft.client_write(request).await;
     if written.is_ok() {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
 use ledger_proto::pb;
-use ledger_raft_store::{blocking, SnapshotData, SnapshotSpool, TypeConfig};
+use ledger_raft_store::{blocking, SnapshotData, SnapshotReceiver, StoreError, TypeConfig};
 
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::LedgerNode;
@@ -138,25 +138,27 @@ impl pb::raft_server::Raft for RaftService {
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let (vote, meta): (VoteOf<C>, SnapshotMetaOf<C>) = wire::decode(&first.header)
             .map_err(|e| Status::invalid_argument(format!("undecodable snapshot header: {e}")))?;
-        // Spooled to the disk piece by piece: a snapshot is never one buffer here.
-        let spool = self
-            .node
-            .reader
-            .receive_snapshot()
+        // Restored piece by piece as it arrives: a snapshot is never one buffer here.
+        let reader = self.node.reader.clone();
+        let receiver = blocking(move || reader.receive_snapshot())
+            .await
             .map_err(|e| Status::unavailable(format!("cannot receive a snapshot: {e}")))?;
         let mut received_bytes = 0;
-        let mut spool = keep(spool, first.data).await?;
+        let mut receiver = keep(receiver, first.data).await?;
         while let Some(chunk) = chunks.next().await {
             let data = chunk?.data;
             received_bytes += data.len();
             if received_bytes > SNAPSHOT_BYTES_MAX {
                 return Err(Status::resource_exhausted("snapshot larger than the limit"));
             }
-            spool = keep(spool, data).await?;
+            receiver = keep(receiver, data).await?;
         }
+        let data = blocking(move || receiver.finish())
+            .await
+            .map_err(|e| refused("the snapshot stream", e))?;
         let snapshot = SnapshotOf::<C, SnapshotData> {
             meta,
-            snapshot: spool.finish(),
+            snapshot: data,
         };
         reply(&flatten(
             self.node.raft.install_full_snapshot(vote, snapshot).await,
@@ -173,12 +175,25 @@ impl pb::raft_server::Raft for RaftService {
     }
 }
 
-/// Writes one received piece of a snapshot to its spool.
-async fn keep(mut spool: SnapshotSpool, piece: Vec<u8>) -> Result<SnapshotSpool, Status> {
+/// Restores one received piece of a snapshot.
+async fn keep(mut receiver: SnapshotReceiver, piece: Vec<u8>) -> Result<SnapshotReceiver, Status> {
     if piece.is_empty() {
-        return Ok(spool);
+        return Ok(receiver);
     }
-    blocking(move || spool.push(piece).map(|()| spool))
+    blocking(move || receiver.push(&piece).map(|()| receiver))
         .await
-        .map_err(|e| Status::unavailable(format!("cannot keep a snapshot piece: {e}")))
+        .map_err(|e| refused("a snapshot piece", e))
+}
+
+/// The answer when `what` of a snapshot stream could not be taken: the stream is not a
+/// valid snapshot (INVALID_ARGUMENT), or this node could not write it (UNAVAILABLE).
+fn refused(what: &str, error: StoreError) -> Status {
+    match error {
+        StoreError::SnapshotRefused(_)
+        | StoreError::Inconsistent(_)
+        | StoreError::Decode { .. } => {
+            Status::invalid_argument(format!("{what} was refused: {error}"))
+        }
+        other => Status::unavailable(format!("cannot keep {what}: {other}")),
+    }
 }

@@ -16,9 +16,7 @@ use openraft::storage::{RaftLogReader, RaftLogStorage};
 use crate::disk::DiskRef;
 use crate::error::StoreError;
 use crate::runtime::blocking;
-use crate::snapshot::{
-    install, read_generation, stream_head, SnapshotData, SnapshotSpool, StreamDigest,
-};
+use crate::snapshot::{install, stream_head, SnapshotData, Standby, StreamDigest};
 use crate::state_machine::LedgerReader;
 use crate::types::SnapshotMeta;
 
@@ -26,8 +24,6 @@ use crate::types::SnapshotMeta;
 const RESTORE_PIECE_BYTES: usize = 1 << 20;
 /// Largest metadata header accepted: a membership of any sane size fits.
 const META_BYTES_MAX: usize = 1 << 20;
-/// The spool a restore stages the backup in (readers' spools count up from 0).
-const RESTORE_SPOOL: u64 = u64::MAX;
 
 /// What a restore installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,8 +88,9 @@ fn restore_blocking(disk: &DiskRef, mut backup: impl Read) -> Result<Restored, S
     let source_index = digest.meta().and_then(|m| m.last_log_id).map(|id| id.index);
     // The ledger's snapshot as it is, after a header for a cluster not formed yet.
     let fresh = SnapshotMeta::default();
-    let mut spool = SnapshotSpool::new(disk.clone(), RESTORE_SPOOL);
-    spool.push(stream_head(&fresh)?)?;
+    let standby = Standby::new(disk.clone());
+    let mut receiver = standby.receive()?;
+    receiver.push(&stream_head(&fresh)?)?;
     loop {
         let mut piece = vec![0; RESTORE_PIECE_BYTES];
         let read = backup.read(&mut piece).map_err(io)?;
@@ -102,10 +99,9 @@ fn restore_blocking(disk: &DiskRef, mut backup: impl Read) -> Result<Restored, S
         }
         piece.truncate(read);
         digest.feed(&piece)?;
-        spool.push(piece)?;
+        receiver.push(&piece)?;
     }
-    let live = read_generation(disk)?;
-    install(disk, live, &fresh, &spool.finish())?;
+    install(&standby, &fresh, &receiver.finish()?, |_| Ok(()))?;
     Ok(Restored {
         source_index,
         state_digest: digest.finish(),

@@ -52,7 +52,7 @@ pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;
 pub use runtime::{blocking, LedgerRuntime};
 pub use snapshot::StreamDigest;
-pub use snapshot::{SnapshotData, SnapshotSpool};
+pub use snapshot::{SnapshotData, SnapshotReceiver};
 pub use state_machine::{Change, LedgerReader, LedgerStateMachine, StoredLedger};
 pub use types::{LedgerRequest, LedgerResponse, TypeConfig};
 

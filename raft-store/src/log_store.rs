@@ -723,7 +723,7 @@ mod tests {
             log_id: log_id(4),
             payload: EntryPayload::Normal(LedgerRequest {
                 stamp,
-                commands: Vec::new(),
+                commands: Vec::new().into(),
             }),
         };
         let bytes = encode(&StoredEntry::V2(entry.clone()), "log entry").expect("encodes");

@@ -13,23 +13,23 @@
 //! is `LRS1 | meta length (u32 BE) | meta | ledger snapshot stream` (see
 //! [`ledger_core::snapshot`]).
 //!
-//! A follower spools a received stream to the disk piece by piece ([`SnapshotSpool`],
-//! under its own key prefix after the generations) and installs from there, so neither
-//! side ever holds a whole snapshot in memory.
-//!
-//! Installing writes the received stream into the other generation (cleared first) in
-//! batches, checking every entry through [`Restore`], then in one synced batch records
-//! its applied log id and makes it the live generation; only then is the old generation
-//! deleted. A power failure mid-install leaves the old generation live and the partial
-//! one is cleared at the next open.
+//! A follower restores a received stream as it arrives ([`SnapshotReceiver`]): each piece
+//! is checked through [`Restore`] and written in batches into the generation that is not
+//! live (cleared first), so neither side ever holds a whole snapshot, and the stream is
+//! written once, where it will be served from. Installing it then records its applied log
+//! id and makes it the live generation in one synced batch; only then is the old
+//! generation deleted. A power failure mid-reception or mid-install leaves the old
+//! generation live, and the partial one is cleared at the next open. A stream that
+//! another took over (a newer leader's) writes nothing more ([`Standby`]).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ledger_core::snapshot::{put_frame, Frames, Restore, HEADER};
 use ledger_core::store::Table;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode, encode, seal};
+use crate::codec::{decode, encode};
 use crate::disk::{DiskRef, DiskView, Keyspace, WriteBatch};
 use crate::error::StoreError;
 use crate::ledger_store::{disk_key, generation_range, opened, table_end, DiskStore};
@@ -108,8 +108,8 @@ pub(crate) fn put_applied(
     Ok(())
 }
 
-/// Deletes every generation but `live` (what a crashed install left), and every
-/// snapshot spool (what a crashed reception left).
+/// Deletes every generation but `live` (what a crashed reception or install left), and
+/// any snapshot spool an earlier version left.
 pub(crate) fn clear_other_generations(disk: &DiskRef, live: u8) -> Result<(), StoreError> {
     let (from, to) = generation_range(1 - live);
     let mut batch = WriteBatch::new();
@@ -119,74 +119,263 @@ pub(crate) fn clear_other_generations(disk: &DiskRef, live: u8) -> Result<(), St
     Ok(())
 }
 
-/// First key byte of received snapshot streams, after the two generations.
+/// First key byte under which earlier versions spooled received snapshot streams; a
+/// spool left on an upgraded disk is cleared at open.
 const SPOOL: u8 = 2;
 
-fn spool_key(id: u64, seq: u64) -> Vec<u8> {
-    let mut key = vec![SPOOL];
-    key.extend_from_slice(&id.to_be_bytes());
-    key.extend_from_slice(&seq.to_be_bytes());
-    key
+/// Deletes generation `generation` (blocking).
+fn clear(disk: &DiskRef, generation: u8) -> Result<(), StoreError> {
+    let (from, to) = generation_range(generation);
+    let mut batch = WriteBatch::new();
+    batch.delete_range(Keyspace::State, from, to);
+    disk.write(batch)?;
+    Ok(())
 }
 
-/// Deletes spool `id` when the last handle on it goes.
-struct SpoolGuard {
+/// The generation that is not live, which snapshots are received into, and which
+/// receiver may write it: the one begun last. Shared by a state machine and its readers.
+///
+/// Every write to the standby generation, and the swap that makes it live, happens under
+/// its lock and only for the receiver that owns it, so a stream that a later one took
+/// over writes nothing more, and a new stream never clears a generation readers are
+/// still on (see [`Received::commit`]). A stream received whole is not taken over while
+/// it waits to be installed: a new one is turned away until openraft has installed or
+/// dropped it, and its sender tries again later.
+pub(crate) struct Standby {
     disk: DiskRef,
+    owner: Mutex<Owner>,
+    ids: AtomicU64,
+}
+
+/// Who may write the standby generation.
+#[derive(Default)]
+struct Owner {
+    /// The receiver's id; 0 for none.
     id: u64,
+    /// Whether its stream was received whole.
+    finished: bool,
 }
 
-impl Drop for SpoolGuard {
+impl Standby {
+    pub(crate) fn new(disk: DiskRef) -> Arc<Standby> {
+        Arc::new(Standby {
+            disk,
+            owner: Mutex::new(Owner::default()),
+            ids: AtomicU64::new(1),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Owner> {
+        // Only ids are kept under the lock: a panic cannot leave them half changed.
+        self.owner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begins receiving a snapshot stream into the standby generation, cleared first;
+    /// a stream begun earlier can write nothing more (blocking).
+    pub(crate) fn receive(self: &Arc<Self>) -> Result<SnapshotReceiver, StoreError> {
+        let mut owner = self.lock();
+        if owner.finished {
+            return Err(StoreError::Inconsistent(
+                "busy: a snapshot received whole waits to be installed".into(),
+            ));
+        }
+        let target = 1 - read_generation(&self.disk)?;
+        clear(&self.disk, target)?;
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        *owner = Owner {
+            id,
+            finished: false,
+        };
+        Ok(SnapshotReceiver {
+            claim: Arc::new(Claim {
+                standby: self.clone(),
+                id,
+                target,
+            }),
+            header: StreamHeader::default(),
+            frames: Frames::new(),
+            restore: Restore::new(DiskStore::new(self.disk.clone(), target)),
+        })
+    }
+}
+
+/// A receiver's hold on the standby generation. When the last handle goes without the
+/// snapshot having been made live, what it wrote is deleted (if a later stream has not
+/// already cleared it); a crash leaves it to the next open.
+struct Claim {
+    standby: Arc<Standby>,
+    id: u64,
+    target: u8,
+}
+
+impl Claim {
+    /// Runs `write` (a write to the standby generation) while this claim owns it.
+    fn write(&self, write: impl FnOnce() -> Result<(), StoreError>) -> Result<(), StoreError> {
+        let owner = self.standby.lock();
+        if owner.id != self.id {
+            return Err(superseded());
+        }
+        write()
+    }
+
+    /// Marks the stream received whole: no later stream takes it over from now on.
+    fn finished(&self) -> Result<(), StoreError> {
+        let mut owner = self.standby.lock();
+        if owner.id != self.id {
+            return Err(superseded());
+        }
+        owner.finished = true;
+        Ok(())
+    }
+}
+
+fn superseded() -> StoreError {
+    StoreError::Inconsistent("a later snapshot stream took over the standby generation".into())
+}
+
+impl Drop for Claim {
     fn drop(&mut self) {
-        let mut batch = WriteBatch::new();
-        batch.delete_range(
-            Keyspace::State,
-            spool_key(self.id, 0),
-            spool_key(self.id, u64::MAX),
-        );
-        // A spool left behind is cleared at the next open.
-        if let Err(e) = self.disk.write(batch) {
-            tracing::warn!("snapshot spool {} not deleted: {e}", self.id);
+        let mut owner = self.standby.lock();
+        if owner.id == self.id {
+            *owner = Owner::default();
+            if let Err(e) = clear(&self.standby.disk, self.target) {
+                tracing::warn!(
+                    "a snapshot not installed was left in generation {}: {e}",
+                    self.target
+                );
+            }
         }
     }
 }
 
-/// A snapshot stream being received, written to the disk chunk by chunk as it arrives so
-/// that a large snapshot is never held in memory ([`SnapshotSpool::finish`] makes it
-/// snapshot data).
-pub struct SnapshotSpool {
-    guard: Arc<SpoolGuard>,
-    chunks: u64,
+/// A snapshot stream being received: each piece is checked and restored into the standby
+/// generation as it arrives, so the stream is never held whole, in memory or on disk
+/// ([`SnapshotReceiver::finish`] makes it snapshot data ready to install).
+pub struct SnapshotReceiver {
+    claim: Arc<Claim>,
+    header: StreamHeader,
+    frames: Frames,
+    restore: Restore<DiskStore>,
 }
 
-impl SnapshotSpool {
-    pub(crate) fn new(disk: DiskRef, id: u64) -> SnapshotSpool {
-        SnapshotSpool {
-            guard: Arc::new(SpoolGuard { disk, id }),
-            chunks: 0,
+impl SnapshotReceiver {
+    /// Restores the next piece of the stream (blocking). An error when the stream is not
+    /// a valid snapshot, or when a later stream took over.
+    pub fn push(&mut self, piece: &[u8]) -> Result<(), StoreError> {
+        // Even a piece that fills no batch is refused once the stream was taken over.
+        self.claim.write(|| Ok(()))?;
+        let state = self.header.feed(piece)?;
+        self.frames.extend(state);
+        while let Some((table, key, value)) = self
+            .frames
+            .next_frame()
+            .map_err(StoreError::SnapshotRefused)?
+        {
+            self.restore
+                .push(table, &key, &value)
+                .map_err(StoreError::SnapshotRefused)?;
+            if self.restore.store_mut().pending_writes() >= INSTALL_BATCH_WRITES {
+                flush(&self.claim, self.restore.store_mut())?;
+            }
         }
-    }
-
-    /// Keeps the next piece of the stream (blocking). Not synced: a spool does not
-    /// outlive the process.
-    pub fn push(&mut self, piece: Vec<u8>) -> Result<(), StoreError> {
-        let mut batch = WriteBatch::new();
-        batch.put(
-            Keyspace::State,
-            spool_key(self.guard.id, self.chunks),
-            seal(piece),
-        );
-        self.guard.disk.write(batch)?;
-        self.chunks += 1;
         Ok(())
     }
 
-    /// The received stream as snapshot data.
-    pub fn finish(self) -> SnapshotData {
-        SnapshotData(Source::Spooled {
-            guard: self.guard,
-            chunks: self.chunks,
-        })
+    /// The whole stream, received: snapshot data ready to install (blocking). An error
+    /// when the stream was cut short.
+    pub fn finish(self) -> Result<SnapshotData, StoreError> {
+        self.frames.finish().map_err(StoreError::SnapshotRefused)?;
+        let meta = self
+            .header
+            .meta
+            .ok_or_else(|| StoreError::Inconsistent("snapshot stream without a header".into()))?;
+        let mut ledger = self.restore.finish().map_err(StoreError::SnapshotRefused)?;
+        flush(&self.claim, ledger.store_mut())?;
+        self.claim.finished()?;
+        Ok(SnapshotData(Source::Received(Arc::new(Received {
+            claim: self.claim,
+            meta,
+        }))))
     }
+}
+
+/// Commits what `store` has pending to the standby generation `claim` holds.
+fn flush(claim: &Claim, store: &mut DiskStore) -> Result<(), StoreError> {
+    if let Some(fault) = store.fault() {
+        return Err(fault);
+    }
+    let mut batch = WriteBatch::new();
+    store.take_writes(&mut batch);
+    claim.write(|| Ok(store.disk().write(batch)?))
+}
+
+/// A snapshot received whole into the standby generation.
+struct Received {
+    claim: Arc<Claim>,
+    /// What the stream's header says it covers.
+    meta: SnapshotMeta,
+}
+
+impl Received {
+    /// Makes the received snapshot the live state, if `meta` (what openraft says it
+    /// covers) is what its stream said: its applied position and the generation swap in
+    /// one synced batch; then `swapped` moves the state machine to it, before any later
+    /// stream may clear the generation it leaves; then that generation is deleted.
+    /// Returns the new live generation (blocking).
+    fn commit(
+        &self,
+        meta: &SnapshotMeta,
+        swapped: impl FnOnce(u8) -> Result<(), StoreError>,
+    ) -> Result<u8, StoreError> {
+        if self.meta != *meta {
+            return Err(StoreError::Inconsistent(format!(
+                "snapshot data covers {}, its metadata says {meta}",
+                self.meta
+            )));
+        }
+        let standby = &self.claim.standby;
+        let target = self.claim.target;
+        let mut owner = standby.lock();
+        if owner.id != self.claim.id {
+            return Err(superseded());
+        }
+        let mut batch = WriteBatch::new();
+        put_applied(&mut batch, target, &meta.last_log_id, &meta.last_membership)?;
+        batch.put(Keyspace::Meta, GENERATION_KEY, vec![target]);
+        standby.disk.write(batch)?;
+        standby.disk.sync()?;
+        // Live now: dropping the claim must leave it.
+        *owner = Owner::default();
+        swapped(target)?;
+        clear(&standby.disk, 1 - target)?;
+        Ok(target)
+    }
+}
+
+/// Installs `data` as the live state at `meta`: a snapshot received into the standby
+/// generation is made live; any other data is received there first. `swapped` is told
+/// the new live generation as it becomes live (see [`Received::commit`]). Blocking.
+pub(crate) fn install(
+    standby: &Arc<Standby>,
+    meta: &SnapshotMeta,
+    data: &SnapshotData,
+    swapped: impl FnOnce(u8) -> Result<(), StoreError>,
+) -> Result<u8, StoreError> {
+    let received = match &data.0 {
+        Source::Received(received) => received.clone(),
+        _ => {
+            let mut receiver = standby.receive()?;
+            let mut chunks = data.chunks()?;
+            while let Some(chunk) = chunks.next_chunk(1 << 20)? {
+                receiver.push(&chunk)?;
+            }
+            match receiver.finish()?.0 {
+                Source::Received(received) => received,
+                _ => unreachable!("a receiver finishes with received data"),
+            }
+        }
+    };
+    received.commit(meta, swapped)
 }
 
 /// Snapshot data: a view of this node's state, or a stream received from the leader.
@@ -202,10 +391,7 @@ enum Source {
         meta: SnapshotMeta,
     },
     Bytes(Arc<Vec<u8>>),
-    Spooled {
-        guard: Arc<SpoolGuard>,
-        chunks: u64,
-    },
+    Received(Arc<Received>),
 }
 
 impl std::fmt::Debug for SnapshotData {
@@ -213,7 +399,9 @@ impl std::fmt::Debug for SnapshotData {
         match &self.0 {
             Source::View { meta, .. } => write!(f, "SnapshotData::View({meta})"),
             Source::Bytes(b) => write!(f, "SnapshotData::Bytes({} bytes)", b.len()),
-            Source::Spooled { chunks, .. } => write!(f, "SnapshotData::Spooled({chunks} chunks)"),
+            Source::Received(received) => {
+                write!(f, "SnapshotData::Received({})", received.meta)
+            }
         }
     }
 }
@@ -240,11 +428,12 @@ impl SnapshotData {
                 bytes: bytes.clone(),
                 at: 0,
             },
-            Source::Spooled { guard, chunks } => Chunking::Spooled {
-                guard: guard.clone(),
-                next: 0,
-                chunks: *chunks,
-            },
+            // Already restored; installing it is all that is left to do with it.
+            Source::Received(_) => {
+                return Err(StoreError::Inconsistent(
+                    "a received snapshot is installed, not read back".into(),
+                ))
+            }
             Source::View {
                 view,
                 generation,
@@ -283,11 +472,6 @@ enum Chunking {
         bytes: Arc<Vec<u8>>,
         at: usize,
     },
-    Spooled {
-        guard: Arc<SpoolGuard>,
-        next: u64,
-        chunks: u64,
-    },
     View {
         view: Arc<dyn DiskView>,
         generation: u8,
@@ -322,8 +506,8 @@ impl SnapshotChunks {
         })
     }
 
-    /// The next piece of about `max_bytes` (a view's page is never split, and a spooled
-    /// stream comes in the pieces it was received in), `None` at the end (blocking).
+    /// The next piece of about `max_bytes` (a view's page is never split), `None` at the
+    /// end (blocking).
     pub fn next_chunk(&mut self, max_bytes: usize) -> Result<Option<Vec<u8>>, StoreError> {
         match &mut self.0 {
             Chunking::Bytes { bytes, at } => {
@@ -331,25 +515,6 @@ impl SnapshotChunks {
                 let chunk = bytes[*at..end].to_vec();
                 *at = end;
                 Ok((!chunk.is_empty()).then_some(chunk))
-            }
-            // Pieces as they were received, whatever their size.
-            Chunking::Spooled {
-                guard,
-                next,
-                chunks,
-            } => {
-                if *next == *chunks {
-                    return Ok(None);
-                }
-                let stored = guard
-                    .disk
-                    .get(Keyspace::State, &spool_key(guard.id, *next))?
-                    .ok_or_else(|| {
-                        StoreError::Inconsistent(format!("snapshot spool lost piece {next}"))
-                    })?;
-                let piece = opened(&stored).map_err(StoreError::Damaged)?;
-                *next += 1;
-                Ok(Some(piece))
             }
             Chunking::View {
                 view,
@@ -459,69 +624,4 @@ impl StreamHeader {
         self.meta = Some(decode(&self.buffer[8..8 + len], "snapshot meta")?);
         Ok(&piece[8 + len - before..])
     }
-}
-
-/// Installs `data` into the generation after `live` and makes it live; returns it.
-/// `meta` is what openraft says the snapshot covers; the stream must say the same.
-/// Blocking.
-pub(crate) fn install(
-    disk: &DiskRef,
-    live: u8,
-    meta: &SnapshotMeta,
-    data: &SnapshotData,
-) -> Result<u8, StoreError> {
-    let target = 1 - live;
-    // Only the generation: the stream itself may be in a spool.
-    let (from, to) = generation_range(target);
-    let mut batch = WriteBatch::new();
-    batch.delete_range(Keyspace::State, from, to);
-    disk.write(batch)?;
-    let mut header = StreamHeader::default();
-    let mut frames = Frames::new();
-    let mut restore = Restore::new(DiskStore::new(disk.clone(), target));
-    let mut chunks = data.chunks()?;
-    while let Some(chunk) = chunks.next_chunk(1 << 20)? {
-        frames.extend(header.feed(&chunk)?);
-        while let Some((table, key, value)) =
-            frames.next_frame().map_err(StoreError::SnapshotRefused)?
-        {
-            restore
-                .push(table, &key, &value)
-                .map_err(StoreError::SnapshotRefused)?;
-            if restore.store_mut().pending_writes() >= INSTALL_BATCH_WRITES {
-                flush(restore.store_mut())?;
-            }
-        }
-    }
-    frames.finish().map_err(StoreError::SnapshotRefused)?;
-    let decoded = header
-        .meta
-        .ok_or_else(|| StoreError::Inconsistent("snapshot stream without a header".into()))?;
-    if decoded != *meta {
-        return Err(StoreError::Inconsistent(format!(
-            "snapshot data covers {decoded}, its metadata says {meta}"
-        )));
-    }
-    let mut ledger = restore.finish().map_err(StoreError::SnapshotRefused)?;
-    let store = ledger.store_mut();
-    let mut batch = WriteBatch::new();
-    store.take_writes(&mut batch);
-    if let Some(fault) = store.fault() {
-        return Err(fault);
-    }
-    put_applied(&mut batch, target, &meta.last_log_id, &meta.last_membership)?;
-    batch.put(Keyspace::Meta, GENERATION_KEY, vec![target]);
-    disk.write(batch)?;
-    disk.sync()?;
-    Ok(target)
-}
-
-fn flush(store: &mut DiskStore) -> Result<(), StoreError> {
-    if let Some(fault) = store.fault() {
-        return Err(fault);
-    }
-    let mut batch = WriteBatch::new();
-    store.take_writes(&mut batch);
-    store.disk().write(batch)?;
-    Ok(())
 }

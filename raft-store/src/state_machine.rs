@@ -18,7 +18,6 @@
 //! wrote, or that a snapshot replaced everything.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use std::time::Instant;
@@ -32,11 +31,12 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
 use crate::disk::{DiskRef, Keyspace, WriteBatch};
 use crate::error::StoreError;
-use crate::ledger_store::{generation_range, DiskStore, ViewStore};
+use crate::ledger_store::{DiskStore, ViewStore};
 use crate::metrics::{APPLY_COMMANDS, APPLY_SECONDS};
 use crate::runtime::blocking;
 use crate::snapshot::{
-    clear_other_generations, install, put_applied, read_applied, read_generation, SnapshotSpool,
+    clear_other_generations, install, put_applied, read_applied, read_generation, SnapshotReceiver,
+    Standby,
 };
 use crate::types::{
     Entry, LedgerResponse, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership,
@@ -164,8 +164,8 @@ const CHANGES_KEPT: usize = 1_024;
 pub struct LedgerStateMachine {
     applied: Arc<RwLock<Applied>>,
     disk: DiskRef,
-    /// Ids of snapshot spools handed out by readers.
-    spools: Arc<AtomicU64>,
+    /// Where received snapshots are restored.
+    standby: Arc<Standby>,
     changes: broadcast::Sender<Arc<Change>>,
 }
 
@@ -176,11 +176,11 @@ impl std::fmt::Debug for LedgerStateMachine {
 }
 
 /// A read-only handle on the applied ledger, for serving queries, which also receives
-/// snapshot streams into spools beside the state. Cheap to clone.
+/// snapshot streams beside the state. Cheap to clone.
 #[derive(Clone)]
 pub struct LedgerReader {
     applied: Arc<RwLock<Applied>>,
-    spools: Arc<AtomicU64>,
+    standby: Arc<Standby>,
     changes: broadcast::Sender<Arc<Change>>,
 }
 
@@ -263,13 +263,11 @@ impl LedgerReader {
         snapshot_of(&*self.lock()?)
     }
 
-    /// A spool to receive a snapshot stream into, on this node's disk.
-    pub fn receive_snapshot(&self) -> Result<SnapshotSpool, StoreError> {
-        let disk = self.lock()?.ledger.store().disk().clone();
-        Ok(SnapshotSpool::new(
-            disk,
-            self.spools.fetch_add(1, Ordering::Relaxed),
-        ))
+    /// Begins receiving a snapshot stream into the generation that is not live; a stream
+    /// begun earlier and not installed yet can write nothing more (blocking: clears that
+    /// generation).
+    pub fn receive_snapshot(&self) -> Result<SnapshotReceiver, StoreError> {
+        self.standby.receive()
     }
 }
 
@@ -293,8 +291,8 @@ impl LedgerStateMachine {
         };
         Ok(LedgerStateMachine {
             applied: Arc::new(RwLock::new(applied)),
+            standby: Standby::new(disk.clone()),
             disk,
-            spools: Arc::default(),
             changes: broadcast::channel(CHANGES_KEPT).0,
         })
     }
@@ -303,7 +301,7 @@ impl LedgerStateMachine {
     pub fn reader(&self) -> LedgerReader {
         LedgerReader {
             applied: self.applied.clone(),
-            spools: self.spools.clone(),
+            standby: self.standby.clone(),
             changes: self.changes.clone(),
         }
     }
@@ -404,36 +402,30 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
-        let live = {
-            let applied = self.applied.read().map_err(|_| StoreError::Poisoned)?;
-            applied.ledger.store().generation()
-        };
-        let disk = self.disk.clone();
+        let (standby, applied, disk) = (
+            self.standby.clone(),
+            self.applied.clone(),
+            self.disk.clone(),
+        );
         let installing = meta.clone();
-        let generation = blocking(move || install(&disk, live, &installing, &snapshot)).await?;
-        {
-            let mut applied = self.applied.write().map_err(|_| StoreError::Poisoned)?;
-            *applied = Applied {
-                ledger: Ledger::on(DiskStore::new(self.disk.clone(), generation)),
-                last_applied: meta.last_log_id,
-                membership: meta.last_membership.clone(),
-            };
-        }
+        blocking(move || {
+            install(&standby, &installing, &snapshot, |generation| {
+                // Readers move to the new generation before the old one can go.
+                let mut applied = applied.write().map_err(|_| StoreError::Poisoned)?;
+                *applied = Applied {
+                    ledger: Ledger::on(DiskStore::new(disk, generation)),
+                    last_applied: installing.last_log_id,
+                    membership: installing.last_membership.clone(),
+                };
+                Ok(())
+            })
+        })
+        .await?;
         if let Some(last) = meta.last_log_id {
             let _ = self.changes.send(Arc::new(Change::Replaced {
                 index: last.index(),
             }));
         }
-        // Readers have moved to the new generation; the old one goes.
-        let disk = self.disk.clone();
-        blocking(move || {
-            let (from, to) = generation_range(live);
-            let mut batch = WriteBatch::new();
-            batch.delete_range(Keyspace::State, from, to);
-            disk.write(batch)
-        })
-        .await
-        .map_err(StoreError::from)?;
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //! outcomes.
 
 use std::fmt;
+use std::sync::Arc;
 
 use ledger_core::{Command, Outcome, Stamp};
 use serde::{Deserialize, Serialize};
@@ -19,8 +20,9 @@ pub struct LedgerRequest {
     /// The leader's stamp when it proposed the batch: ledger time and what it knew of real
     /// time (ms since the Unix epoch). The only clock the state machine ever sees.
     pub stamp: Stamp,
-    /// Applied in this order.
-    pub commands: Vec<Command>,
+    /// Applied in this order. Shared, not copied, when openraft clones the entry: it
+    /// reads every entry back to apply it and, on the leader, once per follower.
+    pub commands: Arc<[Command]>,
 }
 
 impl LedgerRequest {
@@ -28,7 +30,7 @@ impl LedgerRequest {
     pub fn at(ledger_ms: u64, commands: Vec<Command>) -> Self {
         LedgerRequest {
             stamp: Stamp::at(ledger_ms),
-            commands,
+            commands: commands.into(),
         }
     }
 }
@@ -103,3 +105,55 @@ pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 pub use crate::snapshot::SnapshotData;
 /// A snapshot with its metadata.
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+
+#[cfg(test)]
+mod tests {
+    use ledger_core::{Caller, Command, CommandBody, TenantSettings};
+
+    use super::*;
+
+    /// The request as it was declared before its commands were shared.
+    #[derive(Serialize)]
+    struct OwnedCommands {
+        stamp: Stamp,
+        commands: Vec<Command>,
+    }
+
+    #[test]
+    fn shared_commands_encode_as_the_owned_list_did() {
+        let commands: Vec<Command> = ["c-1", "c-2"]
+            .into_iter()
+            .map(|id| Command {
+                command_id: id.into(),
+                caller: Caller::Operator,
+                body: CommandBody::PutTenant {
+                    tenant: "acme".into(),
+                    settings: TenantSettings::default(),
+                },
+            })
+            .collect();
+        let stamp = Stamp {
+            ledger_ms: 7_000,
+            real_ms_min: 6_900,
+            real_ms_max: 7_100,
+        };
+        let config = bincode::config::standard();
+        let owned = bincode::serde::encode_to_vec(
+            OwnedCommands {
+                stamp,
+                commands: commands.clone(),
+            },
+            config,
+        )
+        .expect("encodes");
+        let shared = LedgerRequest {
+            stamp,
+            commands: commands.into(),
+        };
+        let bytes = bincode::serde::encode_to_vec(&shared, config).expect("encodes");
+        assert_eq!(bytes, owned, "logs and peers of earlier versions read it");
+        let (decoded, _): (LedgerRequest, usize) =
+            bincode::serde::decode_from_slice(&owned, config).expect("decodes");
+        assert_eq!(decoded, shared);
+    }
+}

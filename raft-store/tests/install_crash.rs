@@ -11,7 +11,9 @@ use common::*;
 use futures::stream;
 use ledger_raft_store::disk::{Disk, DiskRef, Keyspace, SimDisk};
 use ledger_raft_store::types::{Entry, Snapshot};
-use ledger_raft_store::{open, LedgerRuntime, LedgerStateMachine, SnapshotData};
+use ledger_raft_store::{
+    open, LedgerReader, LedgerRuntime, LedgerStateMachine, SnapshotData, SnapshotReceiver,
+};
 use openraft::storage::RaftStateMachine;
 use openraft::{AsyncRuntime, RaftSnapshotBuilder};
 
@@ -158,32 +160,160 @@ fn applies_cut_at_any_write_resume_at_a_whole_entry() {
     });
 }
 
+/// A state machine on a new disk, and the disk.
+async fn fresh() -> (Arc<SimDisk>, LedgerStateMachine) {
+    let disk = Arc::new(SimDisk::new());
+    let shared: DiskRef = disk.clone();
+    let (_, state_machine) = open(shared).await.expect("open");
+    (disk, state_machine)
+}
+
+/// `snapshot`'s stream received whole by `reader`'s node.
+fn received_whole(snapshot: &Snapshot, reader: &LedgerReader) -> SnapshotData {
+    let mut receiver = reader.receive_snapshot().expect("receive");
+    feed(snapshot, &mut receiver, 1 << 20);
+    receiver.finish().expect("finish")
+}
+
+/// The keys of generation `generation` on `disk`.
+fn generation_keys(disk: &SimDisk, generation: u8) -> usize {
+    disk.range(
+        Keyspace::State,
+        &[generation],
+        Some(&[generation + 1]),
+        usize::MAX,
+    )
+    .expect("range")
+    .len()
+}
+
+/// Feeds `snapshot`'s stream to `receiver` in pieces of `bytes`; how many pieces.
+fn feed(snapshot: &Snapshot, receiver: &mut SnapshotReceiver, bytes: usize) -> usize {
+    let mut chunks = snapshot.snapshot.chunks().expect("chunks");
+    let mut pieces = 0;
+    while let Some(piece) = chunks.next_chunk(bytes).expect("chunk") {
+        receiver.push(&piece).expect("push");
+        pieces += 1;
+    }
+    pieces
+}
+
 #[test]
-fn a_spooled_snapshot_installs_and_its_spool_is_deleted() {
+fn a_streamed_snapshot_is_restored_as_it_arrives_and_installs() {
     LedgerRuntime::run(async {
         let (after, snapshot) = leader_snapshot().await;
-        let disk = Arc::new(SimDisk::new());
-        let shared: DiskRef = disk.clone();
-        let (_, mut state_machine) = open(shared).await.expect("open");
-        let mut spool = state_machine.reader().receive_snapshot().expect("spool");
-        let mut chunks = snapshot.snapshot.chunks().expect("chunks");
-        let mut pieces = 0;
-        while let Some(piece) = chunks.next_chunk(4096).expect("chunk") {
-            spool.push(piece).expect("push");
-            pieces += 1;
-        }
-        assert!(pieces >= 2, "received in several pieces");
-        let received = spool.finish();
+        let (disk, mut state_machine) = fresh().await;
+        let reader = state_machine.reader();
+        let mut receiver = reader.receive_snapshot().expect("receive");
+        assert!(feed(&snapshot, &mut receiver, 4096) >= 2, "several pieces");
+        let received = receiver.finish().expect("finish");
+        assert!(
+            generation_keys(&disk, 1) > 0,
+            "the stream is restored into the standby generation before the install"
+        );
+        assert_eq!(reader.last_applied_index(), None, "not live before install");
         state_machine
             .install_snapshot(&snapshot.meta, received)
             .await
             .expect("install");
-        let reader = state_machine.reader();
         assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
         assert_eq!(reader.last_applied_index(), Some(3));
+        assert_eq!(
+            generation_keys(&disk, 0),
+            0,
+            "the old generation is deleted"
+        );
         let spooled = disk
-            .range(Keyspace::State, &[2], Some(&[3]), usize::MAX)
+            .range(Keyspace::State, &[2], None, usize::MAX)
             .expect("range");
-        assert!(spooled.is_empty(), "the spool is deleted once installed");
+        assert!(spooled.is_empty(), "nothing is kept beside the generations");
+    });
+}
+
+#[test]
+fn a_stream_taken_over_by_a_later_one_writes_nothing_more() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let (_, mut state_machine) = fresh().await;
+        let reader = state_machine.reader();
+        let mut first = reader.receive_snapshot().expect("receive");
+        let head = snapshot.snapshot.to_bytes().expect("stream");
+        first.push(&head[..head.len() / 2]).expect("first half");
+        let mut second = reader.receive_snapshot().expect("receive again");
+        assert!(
+            first.push(&head[head.len() / 2..]).is_err(),
+            "the earlier stream cannot write once a later one began"
+        );
+        drop(first);
+        feed(&snapshot, &mut second, 4096);
+        let received = second.finish().expect("finish");
+        state_machine
+            .install_snapshot(&snapshot.meta, received)
+            .await
+            .expect("the later stream installs");
+        assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+    });
+}
+
+#[test]
+fn a_stream_never_installed_is_deleted_and_the_state_kept() {
+    LedgerRuntime::run(async {
+        let (_, snapshot) = leader_snapshot().await;
+        let (disk, mut state_machine) = fresh().await;
+        let own = vec![
+            membership_entry(1, 1, &[NODE_ID]),
+            normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
+        ];
+        assert!(apply(&mut state_machine, own).await);
+        let reader = state_machine.reader();
+        let before = reader.read(|l| l.to_snapshot()).expect("read");
+        let mut receiver = reader.receive_snapshot().expect("receive");
+        feed(&snapshot, &mut receiver, 4096);
+        let received = receiver.finish().expect("finish");
+        assert!(generation_keys(&disk, 1) > 0);
+        // openraft declined it (a stale leader's, say): the data is dropped.
+        drop(received);
+        assert_eq!(generation_keys(&disk, 1), 0, "what it wrote is deleted");
+        assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), before);
+        assert_eq!(reader.last_applied_index(), Some(2));
+    });
+}
+
+#[test]
+fn a_received_snapshot_for_other_metadata_is_refused() {
+    LedgerRuntime::run(async {
+        let (_, snapshot) = leader_snapshot().await;
+        let (_, mut state_machine) = fresh().await;
+        let reader = state_machine.reader();
+        let received = received_whole(&snapshot, &reader);
+        let other = ledger_raft_store::types::SnapshotMeta::default();
+        assert!(state_machine
+            .install_snapshot(&other, received)
+            .await
+            .is_err());
+        assert_eq!(reader.last_applied_index(), None, "nothing was installed");
+    });
+}
+
+#[test]
+fn a_stream_received_whole_is_not_taken_over_before_it_is_installed() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let (_, mut state_machine) = fresh().await;
+        let reader = state_machine.reader();
+        let received = received_whole(&snapshot, &reader);
+        assert!(
+            reader.receive_snapshot().is_err(),
+            "a new stream is turned away while a whole one waits"
+        );
+        state_machine
+            .install_snapshot(&snapshot.meta, received)
+            .await
+            .expect("the waiting stream installs");
+        assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+        assert!(
+            reader.receive_snapshot().is_ok(),
+            "once installed, the next stream is taken"
+        );
     });
 }

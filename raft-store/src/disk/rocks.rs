@@ -188,7 +188,9 @@ impl DiskView for RocksView {
 
 impl Disk for RocksDisk {
     fn write(&self, batch: WriteBatch) -> Result<(), DiskError> {
-        let mut rocks_batch = rocksdb::WriteBatch::default();
+        // Sized up front: RocksDB's batch is one buffer, grown by copying otherwise.
+        let bytes = batch.ops().iter().map(op_bytes).sum();
+        let mut rocks_batch = rocksdb::WriteBatch::with_capacity_bytes(bytes);
         for op in batch.ops() {
             match op {
                 WriteOp::Put { space, key, value } => {
@@ -242,4 +244,16 @@ impl Disk for RocksDisk {
         family(&self.db, space)?;
         Ok(Box::new(RocksView::new(self.db.clone(), space)))
     }
+}
+
+/// About what `op` takes in RocksDB's batch buffer: its keys and value, with a few bytes
+/// for the tag, the column family and the lengths.
+fn op_bytes(op: &WriteOp) -> usize {
+    const FRAMING: usize = 16;
+    FRAMING
+        + match op {
+            WriteOp::Put { key, value, .. } => key.len() + value.len(),
+            WriteOp::Delete { key, .. } => key.len(),
+            WriteOp::DeleteRange { from, to, .. } => from.len() + to.len(),
+        }
 }
