@@ -10,8 +10,15 @@
 #     "update_snapshot" line that follows it (the longest on any node);
 #   - snapshot install time: a follower is killed, writes go on until the leader's log is
 #     purged past it, the follower is restarted and must install a snapshot; reported
-#     as the time from restart to caught up, and the install itself from its log
-#     ("install complete snapshot" to "Done install complete snapshot");
+#     as the time from restart to caught up (under the 16-client load of the last apply
+#     phase below), and the install itself from its log ("install complete snapshot" to
+#     "Done install complete snapshot");
+#   - apply stalls: the leader's longest apply of one entry (its `ledger_apply_seconds`
+#     summary's quantile 1, polled every second) under the same 16-client load in three
+#     phases: steady; while the follower is down and the leader builds snapshots until its
+#     log is purged past it; while the restarted follower is sent and installs a snapshot
+#     and catches up. Each phase starts after the summary's one-minute window has let go
+#     of the one before; the client's p99 is given for the first and the last;
 #   - SIGKILL to serving again, follower: killed and restarted at once; time until its
 #     status answers with its applied index at the leader's applied index at the kill;
 #   - SIGKILL to serving again, leader: time until a claim sent to the two survivors is
@@ -88,22 +95,79 @@ rss_mib() {
   awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status"
 }
 
-# Kills follower $1, writes until the leader's snapshot is past what the follower holds
-# (and its log purged behind it), restarts the follower; "catch-up-seconds".
-snapshot_install() {
-  local f=$1 leader=$2 held
-  held=$(status_field "$f" last_log_index)
-  ledger_cluster "$DATA" kill "$f" >/dev/null
-  local deadline=$(( $(date +%s) + 300 ))
-  # The leader keeps logs_kept_after_snapshot (1000) entries behind its snapshot.
+# The longest apply of one entry on node $1 in the last minute, in ms; empty when the
+# node does not answer.
+apply_max_ms() {
+  { scrape_metrics "$1" 2>/dev/null || true; } |
+    awk '/^ledger_apply_seconds\{quantile="1"\}/ {printf "%.1f", $2 * 1000}'
+}
+
+# Keeps node $2's highest apply_max_ms, polled every second while file $1 exists, in $1.max.
+watch_apply() {
+  local flag=$1 n=$2 max=0 v
+  while [ -e "$flag" ]; do
+    v=$(apply_max_ms "$n")
+    [ -n "$v" ] && max=$(awk -v a="$v" -v b="$max" 'BEGIN { print (a > b) ? a : b }')
+    sleep 1
+  done
+  echo "$max" > "$flag.max"
+}
+
+# 16 clients, 5 s at a time, while file $1 exists; each run's JSON line appended to $1.load.
+load_while() {
+  while [ -e "$1" ]; do ledger_load --clients 16 --seconds 5 >> "$1.load" || true; done
+}
+
+# Runs "$@" under a 16-client load after a minute without it (the window of the apply
+# summaries), watching node $1's applies; prints "longest-apply-ms client-p99-ms", the
+# p99 the highest of the 5 s load runs'.
+apply_phase() {
+  local n=$1 flag=$DATA/phase; shift
+  sleep 61
+  rm -f "$flag".*
+  touch "$flag"
+  watch_apply "$flag" "$n" & local poller=$!
+  load_while "$flag" & local load=$!
+  "$@" >/dev/null
+  rm -f "$flag"
+  wait "$poller" "$load"
+  local p99; p99=$(python3 -c '
+import json, sys
+p99s = [json.loads(l)["effect"]["p99_ms"] for l in open(sys.argv[1]) if l.strip()]
+print(max((p for p in p99s if p is not None), default="none"))' "$flag.load")
+  echo "$(cat "$flag.max") $p99"
+}
+
+# Writes until node $2's snapshot is past what node $1 held ($3) and the log is purged
+# behind it: the leader keeps logs_kept_after_snapshot (1000) entries behind its snapshot.
+until_purged() {
+  local leader=$2 held=$3 deadline=$(( $(date +%s) + 300 ))
   while [ "$(date +%s)" -lt "$deadline" ]; do
     local snap; snap=$(status_field "$leader" snapshot_index)
-    [ -n "$snap" ] && [ "$snap" -gt $((held + 1000)) ] && break
-    ledger_load --clients 4 --seconds 3 >/dev/null || true
+    [ -n "$snap" ] && [ "$snap" -gt $((held + 1000)) ] && return 0
+    sleep 1
   done
-  local target; target=$(status_field "$leader" applied_index)
+}
+
+# Restarts node $1 and waits until it has node $2's applied index at the restart; prints
+# the seconds from restart to caught up in $DATA/catch-up.
+restart_and_catch_up() {
+  local f=$1 leader=$2 target
+  target=$(status_field "$leader" applied_index)
   ledger_cluster "$DATA" restart "$f" >/dev/null
-  wait_applied "$f" "$target" 600
+  wait_applied "$f" "$target" 600 > "$DATA/catch-up"
+}
+
+# Leader $2's apply phases around a snapshot install on follower $1 (see the header):
+# "steady-apply steady-p99 built-apply sent-apply sent-p99 catch-up-seconds".
+snapshot_install() {
+  local f=$1 leader=$2 held steady built sent
+  steady=$(apply_phase "$leader" sleep 20)
+  held=$(status_field "$f" last_log_index)
+  ledger_cluster "$DATA" kill "$f" >/dev/null
+  built=$(apply_phase "$leader" until_purged "$f" "$leader" "$held")
+  sent=$(apply_phase "$leader" restart_and_catch_up "$f" "$leader")
+  echo "$steady ${built%% *} $sent $(cat "$DATA/catch-up")"
 }
 
 measure() {
@@ -161,10 +225,10 @@ EOF_QUOTA
   local old_leader_s; old_leader_s=$(wait_applied "$leader" "$target" 600)
 
   echo "== $n records: snapshot install on follower $leader"
-  local install_s; install_s=$(snapshot_install "$leader" "$new_leader")
+  local phases; read -r -a phases <<< "$(snapshot_install "$leader" "$new_leader")"
   local spans; spans=$(snapshot_spans "$DATA"/node*.log)
 
-  ROWS+=("| $n | $(echo "$json" | json_field effect.per_s) | $(echo "$json" | json_field effect.p99_ms) | $preload_s | $rss | $bytes | ${spans%% *} | ${spans##* } / $install_s | $follower_s | $leader_s / $old_leader_s |")
+  ROWS+=("| $n | $(echo "$json" | json_field effect.per_s) | $(echo "$json" | json_field effect.p99_ms) | $preload_s | $rss | $bytes | ${spans%% *} | ${spans##* } / ${phases[5]} | ${phases[0]} / ${phases[2]} / ${phases[3]} | ${phases[1]} / ${phases[4]} | $follower_s | $leader_s / $old_leader_s |")
   ledger_cluster "$DATA" stop >/dev/null
   DATA=""
 }
@@ -176,8 +240,8 @@ for n in $RECORDS; do measure "$n"; done
 {
   echo "Taken $(date -u +%Y-%m-%d) on $(machine_line); $CLIENTS clients, $SECONDS_PER_ROW s per row."
   echo
-  echo "| records | effects/s | p99 ms | preload s | RSS MiB per node | disk bytes/record per node | snapshot build s | snapshot install s / follower catch-up s | follower SIGKILL to serving s | leader SIGKILL to serving s / old leader caught up s |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| records | effects/s | p99 ms | preload s | RSS MiB per node | disk bytes/record per node | snapshot build s | snapshot install s / follower catch-up s | longest leader apply ms: steady / snapshots built / one sent | p99 ms at 16 clients: steady / one sent | follower SIGKILL to serving s | leader SIGKILL to serving s / old leader caught up s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
 } > "$RESULTS"
 echo

@@ -10,7 +10,11 @@
 //!
 //! Every call has a deadline: openraft's for heartbeats and votes, at least
 //! `append_timeout_ms` for AppendEntries that carry entries (see `RaftSettings`).
-//! Snapshots are streamed in chunks so a large ledger never becomes one oversized message.
+//! Snapshots are streamed in chunks so a large ledger never becomes one oversized message;
+//! the receiver restores each chunk before it takes the next, so a large snapshot takes
+//! minutes, and its deadline is on progress: the call fails when no chunk has been taken,
+//! or after the last no answer has come, for [`SNAPSHOT_IDLE_MIN`] (or openraft's longer
+//! snapshot timeout).
 //! The cluster secret goes with every call: the internal service carries
 //! already-authenticated commands and must not be reachable with a tenant's key. With TLS
 //! on, peers are dialed over TLS and this node presents its certificate, which the
@@ -46,6 +50,9 @@ type C = TypeConfig;
 pub const CLUSTER_SECRET_HEADER: &str = "x-ledger-cluster";
 /// Snapshot chunk size.
 const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+/// Shortest wait for a snapshot stream's next step: the receiver taking a chunk, or its
+/// answer after the last one (installing a restored stream is one synced write).
+const SNAPSHOT_IDLE_MIN: Duration = Duration::from_secs(30);
 /// Largest message accepted from a peer (AppendEntries batches, snapshot chunks).
 pub const PEER_MESSAGE_BYTES_MAX: usize = 64 << 20;
 
@@ -292,20 +299,87 @@ impl RaftNetworkV2<C> for PeerClient {
                 }
             },
         );
-        let chunks = futures::StreamExt::chain(futures::stream::iter([first]), rest);
+        let progress = Progress::new();
+        let taken = progress.clone();
+        let chunks = futures::StreamExt::inspect(
+            futures::StreamExt::chain(futures::stream::iter([first]), rest),
+            move |_| taken.touch(),
+        );
         let mut client = self.client(&self.network.replication)?;
         let request = with_secret(chunks, &self.network.replication.cluster_secret());
         let send = client.install_snapshot(request);
-        let ttl = option.hard_ttl().max(Duration::from_secs(30));
+        let idle = option.hard_ttl().max(SNAPSHOT_IDLE_MIN);
         let response = tokio::select! {
             biased;
             closed = cancel => return Err(StreamingError::Closed(closed)),
-            r = tokio::time::timeout(ttl, send) => r
-                .map_err(|_| unreachable(format!("snapshot to node {} timed out", self.target)))?
-                .map_err(unreachable)?,
+            r = send => r.map_err(unreachable)?,
+            () = progress.stalled(idle) => return Err(unreachable(format!(
+                "snapshot to node {} made no progress for {} s",
+                self.target,
+                idle.as_secs()
+            ))
+            .into()),
         };
         let result: Result<SnapshotResponse<C>, String> =
             wire::decode(&response.into_inner().payload).map_err(unreachable)?;
         Ok(result.map_err(unreachable)?)
+    }
+}
+
+/// When a snapshot stream last made progress: a chunk taken by the transport. A transport
+/// deadline, timed like the metrics' stages, never a time the ledger acts on.
+#[derive(Clone)]
+struct Progress(Arc<Mutex<Stopwatch>>);
+
+impl Progress {
+    /// Progress now.
+    fn new() -> Self {
+        Progress(Arc::new(Mutex::new(Stopwatch::start())))
+    }
+
+    /// The stream made progress now.
+    fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Stopwatch::start();
+    }
+
+    /// Resolves once no progress has been made for `idle`.
+    async fn stalled(&self, idle: Duration) {
+        loop {
+            let since = self.0.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+            if since >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - since).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_snapshot_stream_stalls_only_once_idle_for_the_limit() {
+        let idle = Duration::from_secs(2);
+        let progress = Progress::new();
+        let stalled = progress.stalled(idle);
+        tokio::pin!(stalled);
+        // Progress every 100 ms for 3 s, longer than the limit in all: never stalled.
+        let mut last = Stopwatch::start();
+        for _ in 0..30 {
+            tokio::select! {
+                () = &mut stalled => panic!("stalled while the stream made progress"),
+                () = tokio::time::sleep(Duration::from_millis(100)) => {
+                    last = Stopwatch::start();
+                    progress.touch();
+                }
+            }
+        }
+        stalled.await;
+        assert!(
+            last.elapsed() >= idle,
+            "stalled {:?} after the last progress",
+            last.elapsed()
+        );
     }
 }

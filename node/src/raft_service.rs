@@ -153,7 +153,8 @@ impl pb::raft_server::Raft for RaftService {
             }
             receiver = keep(receiver, data).await?;
         }
-        let data = blocking(move || receiver.finish())
+        let expected = meta.clone();
+        let data = blocking(move || receiver.finish(&expected))
             .await
             .map_err(|e| refused("the snapshot stream", e))?;
         let snapshot = SnapshotOf::<C, SnapshotData> {
@@ -186,7 +187,8 @@ async fn keep(mut receiver: SnapshotReceiver, piece: Vec<u8>) -> Result<Snapshot
 }
 
 /// The answer when `what` of a snapshot stream could not be taken: the stream is not a
-/// valid snapshot (INVALID_ARGUMENT), or this node could not write it (UNAVAILABLE).
+/// valid snapshot (INVALID_ARGUMENT), or this node could not write it or is taking
+/// another (UNAVAILABLE).
 fn refused(what: &str, error: StoreError) -> Status {
     match error {
         StoreError::SnapshotRefused(_)

@@ -101,7 +101,7 @@ fn restore_blocking(disk: &DiskRef, mut backup: impl Read) -> Result<Restored, S
         digest.feed(&piece)?;
         receiver.push(&piece)?;
     }
-    install(&standby, &fresh, &receiver.finish()?, |_| Ok(()))?;
+    install(&standby, &fresh, &receiver.finish(&fresh)?, |_| Ok(()))?;
     Ok(Restored {
         source_index,
         state_digest: digest.finish(),

@@ -57,6 +57,11 @@ pub enum StoreError {
     /// Snapshot bytes decode but describe an impossible ledger.
     #[error("snapshot refused: {0}")]
     SnapshotRefused(ledger_core::snapshot::SnapshotError),
+    /// A snapshot stream cannot be received now: another is received into the standby
+    /// generation, or was received whole and waits to be installed, or a later one took
+    /// this one over. Nothing stored is wrong; the sender tries again later.
+    #[error("snapshot stream not taken: {0}")]
+    SnapshotBusy(&'static str),
     /// Stored records contradict each other or what openraft asked for.
     #[error("stored data is inconsistent: {0}")]
     Inconsistent(String),
@@ -169,9 +174,10 @@ impl From<StoreError> for io::Error {
             | StoreError::SnapshotRefused(_)
             | StoreError::Inconsistent(_)
             | StoreError::Damaged(_) => io::ErrorKind::InvalidData,
-            StoreError::Disk(_) | StoreError::Encode { .. } | StoreError::Poisoned => {
-                io::ErrorKind::Other
-            }
+            StoreError::Disk(_)
+            | StoreError::Encode { .. }
+            | StoreError::Poisoned
+            | StoreError::SnapshotBusy(_) => io::ErrorKind::Other,
         };
         io::Error::new(kind, error)
     }

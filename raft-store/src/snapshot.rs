@@ -148,25 +148,42 @@ pub(crate) struct Standby {
 }
 
 /// Who may write the standby generation.
-#[derive(Default)]
-struct Owner {
-    /// The receiver's id; 0 for none.
-    id: u64,
-    /// Whether its stream was received whole.
-    finished: bool,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Nobody: the next stream may begin.
+    Free,
+    /// The receiver with this id, its stream still arriving.
+    Receiving(u64),
+    /// The receiver with this id, its stream received whole and waiting to be installed.
+    Received(u64),
+    /// A received stream is being made live. Left so when that fails half-way: the disk
+    /// may already name the standby generation live while the state machine reads the
+    /// other, so neither may be written or cleared until the node reopens its disk.
+    Committing,
+}
+
+impl Owner {
+    /// The receiver that holds the standby generation, if any.
+    fn holder(self) -> Option<u64> {
+        match self {
+            Owner::Receiving(id) | Owner::Received(id) => Some(id),
+            Owner::Free | Owner::Committing => None,
+        }
+    }
 }
 
 impl Standby {
     pub(crate) fn new(disk: DiskRef) -> Arc<Standby> {
         Arc::new(Standby {
             disk,
-            owner: Mutex::new(Owner::default()),
+            owner: Mutex::new(Owner::Free),
             ids: AtomicU64::new(1),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Owner> {
-        // Only ids are kept under the lock: a panic cannot leave them half changed.
+        // Only a copyable state is kept under the lock: a panic cannot leave it half
+        // changed.
         self.owner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -174,18 +191,23 @@ impl Standby {
     /// a stream begun earlier can write nothing more (blocking).
     pub(crate) fn receive(self: &Arc<Self>) -> Result<SnapshotReceiver, StoreError> {
         let mut owner = self.lock();
-        if owner.finished {
-            return Err(StoreError::Inconsistent(
-                "busy: a snapshot received whole waits to be installed".into(),
-            ));
+        match *owner {
+            Owner::Free | Owner::Receiving(_) => {}
+            Owner::Received(_) => {
+                return Err(StoreError::SnapshotBusy(
+                    "a snapshot received whole waits to be installed",
+                ))
+            }
+            Owner::Committing => {
+                return Err(StoreError::SnapshotBusy(
+                    "a snapshot install did not finish; the node must reopen its disk",
+                ))
+            }
         }
         let target = 1 - read_generation(&self.disk)?;
         clear(&self.disk, target)?;
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        *owner = Owner {
-            id,
-            finished: false,
-        };
+        *owner = Owner::Receiving(id);
         Ok(SnapshotReceiver {
             claim: Arc::new(Claim {
                 standby: self.clone(),
@@ -209,11 +231,19 @@ struct Claim {
 }
 
 impl Claim {
-    /// Runs `write` (a write to the standby generation) while this claim owns it.
+    /// Runs `write` (a write to the standby generation) while this claim owns it, and
+    /// the disk does not name that generation live (it never does unless another state
+    /// machine on the same disk installed a snapshot: a stale one must not write there).
     fn write(&self, write: impl FnOnce() -> Result<(), StoreError>) -> Result<(), StoreError> {
         let owner = self.standby.lock();
-        if owner.id != self.id {
+        if *owner != Owner::Receiving(self.id) {
             return Err(superseded());
+        }
+        if read_generation(&self.standby.disk)? == self.target {
+            return Err(StoreError::Inconsistent(format!(
+                "generation {} was made live while a snapshot was received into it",
+                self.target
+            )));
         }
         write()
     }
@@ -221,29 +251,36 @@ impl Claim {
     /// Marks the stream received whole: no later stream takes it over from now on.
     fn finished(&self) -> Result<(), StoreError> {
         let mut owner = self.standby.lock();
-        if owner.id != self.id {
+        if *owner != Owner::Receiving(self.id) {
             return Err(superseded());
         }
-        owner.finished = true;
+        *owner = Owner::Received(self.id);
         Ok(())
     }
 }
 
 fn superseded() -> StoreError {
-    StoreError::Inconsistent("a later snapshot stream took over the standby generation".into())
+    StoreError::SnapshotBusy("a later snapshot stream took over the standby generation")
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         let mut owner = self.standby.lock();
-        if owner.id == self.id {
-            *owner = Owner::default();
-            if let Err(e) = clear(&self.standby.disk, self.target) {
-                tracing::warn!(
-                    "a snapshot not installed was left in generation {}: {e}",
-                    self.target
-                );
-            }
+        if owner.holder() != Some(self.id) {
+            return;
+        }
+        *owner = Owner::Free;
+        // Never the generation the disk names live, whoever made it so.
+        let cleared = match read_generation(&self.standby.disk) {
+            Ok(live) if live == self.target => Ok(()),
+            Ok(_) => clear(&self.standby.disk, self.target),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = cleared {
+            tracing::warn!(
+                "a snapshot not installed was left in generation {}: {e}",
+                self.target
+            );
         }
     }
 }
@@ -281,14 +318,21 @@ impl SnapshotReceiver {
         Ok(())
     }
 
-    /// The whole stream, received: snapshot data ready to install (blocking). An error
-    /// when the stream was cut short.
-    pub fn finish(self) -> Result<SnapshotData, StoreError> {
+    /// The whole stream, received: snapshot data ready to install at `expected` (blocking).
+    /// An error when the stream was cut short, or covers other than `expected` (what the
+    /// sender said it sends), so that openraft is never handed data its metadata
+    /// contradicts.
+    pub fn finish(self, expected: &SnapshotMeta) -> Result<SnapshotData, StoreError> {
         self.frames.finish().map_err(StoreError::SnapshotRefused)?;
         let meta = self
             .header
             .meta
             .ok_or_else(|| StoreError::Inconsistent("snapshot stream without a header".into()))?;
+        if meta != *expected {
+            return Err(StoreError::Inconsistent(format!(
+                "snapshot stream covers {meta}, its sender says {expected}"
+            )));
+        }
         let mut ledger = self.restore.finish().map_err(StoreError::SnapshotRefused)?;
         flush(&self.claim, ledger.store_mut())?;
         self.claim.finished()?;
@@ -336,17 +380,20 @@ impl Received {
         let standby = &self.claim.standby;
         let target = self.claim.target;
         let mut owner = standby.lock();
-        if owner.id != self.claim.id {
+        if *owner != Owner::Received(self.claim.id) {
             return Err(superseded());
         }
+        // From the write below the disk may name the standby generation live, even if
+        // the write or its sync then fails: dropping the claim must leave it, and no
+        // stream may clear either generation until this commit has finished.
+        *owner = Owner::Committing;
         let mut batch = WriteBatch::new();
         put_applied(&mut batch, target, &meta.last_log_id, &meta.last_membership)?;
         batch.put(Keyspace::Meta, GENERATION_KEY, vec![target]);
         standby.disk.write(batch)?;
         standby.disk.sync()?;
-        // Live now: dropping the claim must leave it.
-        *owner = Owner::default();
         swapped(target)?;
+        *owner = Owner::Free;
         clear(&standby.disk, 1 - target)?;
         Ok(target)
     }
@@ -369,7 +416,7 @@ pub(crate) fn install(
             while let Some(chunk) = chunks.next_chunk(1 << 20)? {
                 receiver.push(&chunk)?;
             }
-            match receiver.finish()?.0 {
+            match receiver.finish(meta)?.0 {
                 Source::Received(received) => received,
                 _ => unreachable!("a receiver finishes with received data"),
             }

@@ -64,6 +64,20 @@ async fn reopened(disk: Arc<SimDisk>) -> (Vec<u8>, Option<u64>, bool) {
     (state, reader.last_applied_index(), one_generation)
 }
 
+/// A state machine on a gated new disk with its own state applied up to index 2, the
+/// gate and the disk behind it.
+async fn gated_with_own_state() -> (Arc<SimDisk>, Arc<GatedDisk>, LedgerStateMachine) {
+    let inner = Arc::new(SimDisk::new());
+    let disk = GatedDisk::new(inner.clone());
+    let (_, mut state_machine) = open(disk.clone()).await.expect("open");
+    let own = vec![
+        membership_entry(1, 1, &[NODE_ID]),
+        normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
+    ];
+    assert!(apply(&mut state_machine, own).await);
+    (inner, disk, state_machine)
+}
+
 #[test]
 fn install_cut_at_any_write_leaves_one_whole_state() {
     LedgerRuntime::run(async {
@@ -71,14 +85,7 @@ fn install_cut_at_any_write_leaves_one_whole_state() {
         let received = snapshot.snapshot.to_bytes().expect("stream");
         let mut cut_at = 0;
         loop {
-            let inner = Arc::new(SimDisk::new());
-            let disk = GatedDisk::new(inner.clone());
-            let (_, mut state_machine) = open(disk.clone()).await.expect("open");
-            let own = vec![
-                membership_entry(1, 1, &[NODE_ID]),
-                normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
-            ];
-            assert!(apply(&mut state_machine, own).await);
+            let (inner, disk, mut state_machine) = gated_with_own_state().await;
             let before = state_machine
                 .reader()
                 .read(|l| l.to_snapshot())
@@ -172,7 +179,7 @@ async fn fresh() -> (Arc<SimDisk>, LedgerStateMachine) {
 fn received_whole(snapshot: &Snapshot, reader: &LedgerReader) -> SnapshotData {
     let mut receiver = reader.receive_snapshot().expect("receive");
     feed(snapshot, &mut receiver, 1 << 20);
-    receiver.finish().expect("finish")
+    receiver.finish(&snapshot.meta).expect("finish")
 }
 
 /// The keys of generation `generation` on `disk`.
@@ -206,7 +213,7 @@ fn a_streamed_snapshot_is_restored_as_it_arrives_and_installs() {
         let reader = state_machine.reader();
         let mut receiver = reader.receive_snapshot().expect("receive");
         assert!(feed(&snapshot, &mut receiver, 4096) >= 2, "several pieces");
-        let received = receiver.finish().expect("finish");
+        let received = receiver.finish(&snapshot.meta).expect("finish");
         assert!(
             generation_keys(&disk, 1) > 0,
             "the stream is restored into the standby generation before the install"
@@ -234,24 +241,64 @@ fn a_streamed_snapshot_is_restored_as_it_arrives_and_installs() {
 fn a_stream_taken_over_by_a_later_one_writes_nothing_more() {
     LedgerRuntime::run(async {
         let (after, snapshot) = leader_snapshot().await;
-        let (_, mut state_machine) = fresh().await;
+        let (disk, mut state_machine) = fresh().await;
         let reader = state_machine.reader();
         let mut first = reader.receive_snapshot().expect("receive");
         let head = snapshot.snapshot.to_bytes().expect("stream");
         first.push(&head[..head.len() / 2]).expect("first half");
         let mut second = reader.receive_snapshot().expect("receive again");
+        feed(&snapshot, &mut second, 4096);
+        let received = second.finish(&snapshot.meta).expect("finish");
+        let written = generation_keys(&disk, 1);
+        assert!(written > 0, "the later stream is restored");
         assert!(
             first.push(&head[head.len() / 2..]).is_err(),
             "the earlier stream cannot write once a later one began"
         );
         drop(first);
-        feed(&snapshot, &mut second, 4096);
-        let received = second.finish().expect("finish");
+        assert_eq!(
+            generation_keys(&disk, 1),
+            written,
+            "the earlier stream, dropped, leaves the later one's writes alone"
+        );
         state_machine
             .install_snapshot(&snapshot.meta, received)
             .await
             .expect("the later stream installs");
         assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+    });
+}
+
+#[test]
+fn a_failed_sync_while_installing_leaves_the_generation_the_disk_names_live() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let (inner, disk, mut state_machine) = gated_with_own_state().await;
+        let reader = state_machine.reader();
+        let received = received_whole(&snapshot, &reader);
+        disk.syncs_fail.store(true, Ordering::SeqCst);
+        assert!(
+            state_machine
+                .install_snapshot(&snapshot.meta, received)
+                .await
+                .is_err(),
+            "the install reports the failed sync"
+        );
+        assert!(
+            generation_keys(&inner, 1) > 0,
+            "the received generation, which the disk may name live, is not deleted"
+        );
+        assert!(
+            reader.receive_snapshot().is_err(),
+            "no stream is taken until the disk is reopened"
+        );
+        disk.syncs_fail.store(false, Ordering::SeqCst);
+        drop((state_machine, reader));
+        // The process restarted; the unsynced swap had reached the disk.
+        let (state, applied, one_generation) = reopened(inner).await;
+        assert_eq!(state, after);
+        assert_eq!(applied, Some(3));
+        assert!(one_generation, "the old generation is cleared at open");
     });
 }
 
@@ -269,7 +316,7 @@ fn a_stream_never_installed_is_deleted_and_the_state_kept() {
         let before = reader.read(|l| l.to_snapshot()).expect("read");
         let mut receiver = reader.receive_snapshot().expect("receive");
         feed(&snapshot, &mut receiver, 4096);
-        let received = receiver.finish().expect("finish");
+        let received = receiver.finish(&snapshot.meta).expect("finish");
         assert!(generation_keys(&disk, 1) > 0);
         // openraft declined it (a stale leader's, say): the data is dropped.
         drop(received);
@@ -283,15 +330,27 @@ fn a_stream_never_installed_is_deleted_and_the_state_kept() {
 fn a_received_snapshot_for_other_metadata_is_refused() {
     LedgerRuntime::run(async {
         let (_, snapshot) = leader_snapshot().await;
-        let (_, mut state_machine) = fresh().await;
+        let (disk, mut state_machine) = fresh().await;
         let reader = state_machine.reader();
-        let received = received_whole(&snapshot, &reader);
         let other = ledger_raft_store::types::SnapshotMeta::default();
+        let mut receiver = reader.receive_snapshot().expect("receive");
+        feed(&snapshot, &mut receiver, 1 << 20);
+        assert!(
+            receiver.finish(&other).is_err(),
+            "a stream whose sender says it covers something else is refused when received"
+        );
+        assert_eq!(generation_keys(&disk, 1), 0, "what it wrote is deleted");
+        let received = received_whole(&snapshot, &reader);
         assert!(state_machine
             .install_snapshot(&other, received)
             .await
             .is_err());
         assert_eq!(reader.last_applied_index(), None, "nothing was installed");
+        assert_eq!(generation_keys(&disk, 1), 0, "what it wrote is deleted");
+        assert!(
+            reader.receive_snapshot().is_ok(),
+            "the standby generation is free for the next stream"
+        );
     });
 }
 

@@ -86,9 +86,25 @@ pub fn default_keys_toml() -> String {
     )
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
+/// Ports handed to nodes come from below Linux's ephemeral range (32768 and up), where no
+/// outgoing connection's source port can take one between its choice and the node's
+/// bind; a counter keeps them apart within the process, and an offset by process id
+/// makes test processes running side by side start far apart.
+const NODE_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port no other node of this process was given, free when chosen.
+pub fn free_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let span = u32::from(NODE_PORTS.end - NODE_PORTS.start);
+    let offset = (std::process::id() % 97) * (span / 97);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = NODE_PORTS.start + ((offset + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {NODE_PORTS:?}");
 }
 
 impl ProcessCluster {
@@ -128,6 +144,25 @@ impl ProcessCluster {
     /// The folder of the nodes' data, configurations and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// What the silent nodes `silent` wrote last, for a failure message.
+    fn diagnosis(&self, silent: &[usize]) -> String {
+        silent
+            .iter()
+            .map(|&i| {
+                let log = self.log(i);
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!(
+                    "node {} (port {}) silent, its log ends:\n{}",
+                    i + 1,
+                    self.ports[i],
+                    tail.join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Node `i`'s log so far.
@@ -303,15 +338,24 @@ interval_ms = 100
     /// Initializes the cluster of the first `voters` nodes and waits for a leader.
     async fn form_members(&self, voters: usize) {
         let operator = self.client(OPERATOR_KEY);
-        wait_until("every node answers", 30_000, || async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut silent = Vec::new();
             for i in 0..self.ports.len() {
                 if operator.status_of(i).await.is_err() {
-                    return false;
+                    silent.push(i);
                 }
             }
-            true
-        })
-        .await;
+            if silent.is_empty() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after 30 s waiting until every node answers; {}",
+                self.diagnosis(&silent)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let members: Vec<(u64, String)> = self
             .endpoints()
             .into_iter()

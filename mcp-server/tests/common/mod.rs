@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -80,11 +79,6 @@ tenant = "ghost"
 tool = "pay/refund"
 class = "keyed_idempotent"
 "#;
-
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
-}
 
 /// A child process that printed `listening <addr>`; killed when dropped.
 pub struct Service {

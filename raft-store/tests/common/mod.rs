@@ -198,13 +198,15 @@ impl DiskHarness for RocksHarness {
     }
 }
 
-/// A [`SimDisk`] behind two switches a test turns: writes fail, as if the power went, once
-/// `writes_left` reaches zero (and so do syncs then); syncs return without syncing while
-/// `syncs` is off. Reads go straight through.
+/// A [`SimDisk`] behind three switches a test turns: writes fail, as if the power went,
+/// once `writes_left` reaches zero (and so do syncs then); syncs return without syncing
+/// while `syncs` is off; syncs fail (an I/O error) while writes go on when `syncs_fail`
+/// is on. Reads go straight through.
 pub struct GatedDisk {
     pub disk: Arc<SimDisk>,
     pub writes_left: AtomicUsize,
     pub syncs: AtomicBool,
+    pub syncs_fail: AtomicBool,
 }
 
 impl GatedDisk {
@@ -214,6 +216,7 @@ impl GatedDisk {
             disk,
             writes_left: AtomicUsize::new(usize::MAX),
             syncs: AtomicBool::new(true),
+            syncs_fail: AtomicBool::new(false),
         })
     }
 
@@ -242,6 +245,9 @@ impl Disk for GatedDisk {
     fn sync(&self) -> Result<(), DiskError> {
         if self.writes_left.load(Ordering::SeqCst) == 0 {
             return Err(Self::power_cut());
+        }
+        if self.syncs_fail.load(Ordering::SeqCst) {
+            return Err(DiskError::Engine("sync: input/output error".into()));
         }
         if self.syncs.load(Ordering::SeqCst) {
             self.disk.sync()
