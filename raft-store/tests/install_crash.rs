@@ -303,6 +303,36 @@ fn a_failed_sync_while_installing_leaves_the_generation_the_disk_names_live() {
 }
 
 #[test]
+fn a_stream_of_an_earlier_instance_never_writes_or_clears_what_a_later_one_made_live() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let (disk, earlier) = fresh().await;
+        let earlier_reader = earlier.reader();
+        let mut stale = earlier_reader.receive_snapshot().expect("receive");
+        let stream = snapshot.snapshot.to_bytes().expect("stream");
+        stale.push(&stream[..stream.len() / 2]).expect("first half");
+        // The node restarts on the same disk while the old instance still holds a
+        // receiver (as a simulated restart can), and installs a snapshot.
+        let shared: DiskRef = disk.clone();
+        let (_, mut later) = open(shared).await.expect("reopen");
+        let reader = later.reader();
+        let received = received_whole(&snapshot, &reader);
+        later
+            .install_snapshot(&snapshot.meta, received)
+            .await
+            .expect("install");
+        let live = generation_keys(&disk, 1);
+        assert!(
+            stale.push(&stream[stream.len() / 2..]).is_err(),
+            "the old receiver cannot write into the generation now live"
+        );
+        drop(stale);
+        assert_eq!(generation_keys(&disk, 1), live, "nor clear it when dropped");
+        assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+    });
+}
+
+#[test]
 fn a_stream_never_installed_is_deleted_and_the_state_kept() {
     LedgerRuntime::run(async {
         let (_, snapshot) = leader_snapshot().await;
