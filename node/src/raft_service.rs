@@ -7,7 +7,8 @@
 
 use futures::StreamExt;
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
-use openraft::raft::AppendEntriesRequest;
+use openraft::async_runtime::WatchReceiver;
+use openraft::raft::{AppendEntriesRequest, SnapshotResponse};
 use openraft::vote::RaftLeaderId;
 use openraft::EntryPayload;
 use serde::de::DeserializeOwned;
@@ -138,6 +139,17 @@ impl pb::raft_server::Raft for RaftService {
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let (vote, meta): (VoteOf<C>, SnapshotMetaOf<C>) = wire::decode(&first.header)
             .map_err(|e| Status::invalid_argument(format!("undecodable snapshot header: {e}")))?;
+        // A stale leader's stream would take the standby generation over from the current
+        // leader's, only to be turned away by openraft once received whole: answered now,
+        // as openraft answers it, with this node's vote. The vote read here may lag the
+        // one openraft holds, never lead it, so nothing openraft would take is turned away.
+        let current = self.node.raft.metrics().borrow_watched().vote;
+        if !matches!(
+            vote.partial_cmp(&current),
+            Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+        ) {
+            return reply(&Ok::<_, String>(SnapshotResponse::<C>::new(current)));
+        }
         // Restored piece by piece as it arrives: a snapshot is never one buffer here.
         let reader = self.node.reader.clone();
         let receiver = blocking(move || reader.receive_snapshot())

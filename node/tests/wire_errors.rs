@@ -214,3 +214,46 @@ async fn tenant_key_is_refused_cluster_status(cluster: &ProcessCluster, tenant: 
         .expect("a tenant finds the leader");
     assert_eq!(Some(leader), status.leader_id);
 }
+
+/// A snapshot stream from a leader of an earlier term is answered with the node's own,
+/// higher vote, as openraft answers it, before its body is read: the body here is no
+/// snapshot at all, which the node would otherwise refuse as `INVALID_ARGUMENT`.
+#[tokio::test]
+async fn a_stale_leaders_snapshot_is_answered_with_the_nodes_vote_unread() {
+    use ledger_raft_store::types::{SnapshotMeta, Vote};
+    use openraft::raft::SnapshotResponse;
+
+    let cluster = ProcessCluster::start(1);
+    cluster.form().await;
+    let stale = Vote::new(0, 9);
+    let chunks = vec![
+        pb::SnapshotChunk {
+            header: ledger_node::wire::encode(&(stale, SnapshotMeta::default())),
+            data: Vec::new(),
+        },
+        pb::SnapshotChunk {
+            header: Vec::new(),
+            data: b"not a snapshot stream".to_vec(),
+        },
+    ];
+    let mut request = tonic::Request::new(futures::stream::iter(chunks));
+    request.metadata_mut().insert(
+        ledger_node::network::CLUSTER_SECRET_HEADER,
+        SECRET.parse().expect("header"),
+    );
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.endpoints()[0]))
+            .expect("endpoint")
+            .connect_lazy();
+    let response = pb::raft_client::RaftClient::new(channel)
+        .install_snapshot(request)
+        .await
+        .expect("answered, not refused");
+    let answer: Result<SnapshotResponse<ledger_raft_store::TypeConfig>, String> =
+        ledger_node::wire::decode(&response.into_inner().payload).expect("decodes");
+    let vote = answer.expect("a vote").vote;
+    assert!(
+        vote > stale,
+        "answered with {vote}, not above the stale {stale}"
+    );
+}
