@@ -40,6 +40,10 @@ DATA=""
 
 cleanup() {
   set +e
+  # An apply phase's poller and load loop stop when their flag file goes.
+  [ -n "$DATA" ] && rm -f "$DATA/phase"
+  local job
+  for job in $(jobs -p); do kill "$job" 2>/dev/null; done
   [ -n "$DATA" ] && ledger_cluster "$DATA" stop >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -115,27 +119,34 @@ watch_apply() {
 
 # 16 clients, 5 s at a time, while file $1 exists; each run's JSON line appended to $1.load.
 load_while() {
-  while [ -e "$1" ]; do ledger_load --clients 16 --seconds 5 >> "$1.load" || true; done
+  while [ -e "$1" ]; do ledger_load --clients 16 --seconds 5 >> "$1.load" || sleep 1; done
 }
 
 # Runs "$@" under a 16-client load after a minute without it (the window of the apply
 # summaries), watching node $1's applies; prints "longest-apply-ms client-p99-ms", the
-# p99 the highest of the 5 s load runs'.
+# p99 the highest of the 5 s load runs', or "failed" for the apply when "$@" failed.
 apply_phase() {
-  local n=$1 flag=$DATA/phase; shift
+  local n=$1 flag=$DATA/phase ok=1; shift
   sleep 61
   rm -f "$flag".*
   touch "$flag"
   watch_apply "$flag" "$n" & local poller=$!
   load_while "$flag" & local load=$!
-  "$@" >/dev/null
+  "$@" >/dev/null || ok=0
   rm -f "$flag"
   wait "$poller" "$load"
   local p99; p99=$(python3 -c '
 import json, sys
-p99s = [json.loads(l)["effect"]["p99_ms"] for l in open(sys.argv[1]) if l.strip()]
-print(max((p for p in p99s if p is not None), default="none"))' "$flag.load")
-  echo "$(cat "$flag.max") $p99"
+p99s = []
+for line in open(sys.argv[1]):
+    try:
+        p99s.append(json.loads(line)["effect"]["p99_ms"])
+    except (ValueError, KeyError, TypeError):
+        pass
+print(max((p for p in p99s if p is not None), default="none"))' "$flag.load" || echo none)
+  local max; max=$(cat "$flag.max" 2>/dev/null || true)
+  [ "$ok" = 1 ] || max=failed
+  echo "${max:-none} ${p99:-none}"
 }
 
 # Writes until node $2's snapshot is past what node $1 held ($3) and the log is purged
@@ -147,6 +158,7 @@ until_purged() {
     [ -n "$snap" ] && [ "$snap" -gt $((held + 1000)) ] && return 0
     sleep 1
   done
+  return 1
 }
 
 # Restarts node $1 and waits until it has node $2's applied index at the restart; prints

@@ -88,7 +88,7 @@ fn restore_blocking(disk: &DiskRef, mut backup: impl Read) -> Result<Restored, S
     let source_index = digest.meta().and_then(|m| m.last_log_id).map(|id| id.index);
     // The ledger's snapshot as it is, after a header for a cluster not formed yet.
     let fresh = SnapshotMeta::default();
-    let standby = Standby::new(disk.clone());
+    let standby = Standby::open(disk.clone())?;
     let mut receiver = standby.receive()?;
     receiver.push(&stream_head(&fresh)?)?;
     loop {

@@ -37,6 +37,8 @@ use crate::types::{LogId, SnapshotMeta, StoredMembership};
 
 /// Key in [`Keyspace::Meta`] of the live generation.
 const GENERATION_KEY: &[u8] = b"state_generation";
+/// Key in [`Keyspace::Meta`] of the number of the last [`Standby`] opened on the disk.
+const INCARNATION_KEY: &[u8] = b"standby_incarnation";
 /// Key of the applied position, in table id 0 of a generation.
 const APPLIED_KEY: &[u8] = b"applied";
 /// Magic of a snapshot stream.
@@ -69,6 +71,16 @@ pub(crate) fn read_generation(disk: &DiskRef) -> Result<u8, StoreError> {
         Some(other) => Err(StoreError::Inconsistent(format!(
             "live state generation {other:?}"
         ))),
+    }
+}
+
+/// The number of the last [`Standby`] opened on `disk` (0 on a new disk).
+fn read_incarnation(disk: &DiskRef) -> Result<u64, StoreError> {
+    match disk.get(Keyspace::Meta, INCARNATION_KEY)? {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(&bytes[..])
+            .map(u64::from_be_bytes)
+            .map_err(|_| StoreError::Inconsistent(format!("standby incarnation {bytes:?}"))),
     }
 }
 
@@ -141,8 +153,16 @@ fn clear(disk: &DiskRef, generation: u8) -> Result<(), StoreError> {
 /// still on (see [`Received::commit`]). A stream received whole is not taken over while
 /// it waits to be installed: a new one is turned away until openraft has installed or
 /// dropped it, and its sender tries again later.
+///
+/// Ownership is the disk's, not only this value's: each `Standby` opened on a disk takes
+/// the next incarnation number and stores it there, and every write, clear and swap first
+/// checks that the disk still holds its number. A state machine left over from before a
+/// restart on the same disk (the simulation restarts a node on its disk while the old
+/// instance's tasks may not yet have been dropped) can then neither write into, clear nor
+/// swap in the generation the new one receives into.
 pub(crate) struct Standby {
     disk: DiskRef,
+    incarnation: u64,
     owner: Mutex<Owner>,
     ids: AtomicU64,
 }
@@ -173,12 +193,35 @@ impl Owner {
 }
 
 impl Standby {
-    pub(crate) fn new(disk: DiskRef) -> Arc<Standby> {
-        Arc::new(Standby {
+    /// The standby generation of `disk`, taken from any earlier `Standby` on it (blocking:
+    /// one synced write).
+    pub(crate) fn open(disk: DiskRef) -> Result<Arc<Standby>, StoreError> {
+        let incarnation = read_incarnation(&disk)?.wrapping_add(1);
+        let mut batch = WriteBatch::new();
+        batch.put(
+            Keyspace::Meta,
+            INCARNATION_KEY,
+            incarnation.to_be_bytes().to_vec(),
+        );
+        disk.write(batch)?;
+        disk.sync()?;
+        Ok(Arc::new(Standby {
             disk,
+            incarnation,
             owner: Mutex::new(Owner::Free),
             ids: AtomicU64::new(1),
-        })
+        }))
+    }
+
+    /// An error unless this is the last `Standby` opened on the disk.
+    fn check_incarnation(&self) -> Result<(), StoreError> {
+        if read_incarnation(&self.disk)? == self.incarnation {
+            Ok(())
+        } else {
+            Err(StoreError::SnapshotBusy(
+                "the disk was opened again since this state machine opened it",
+            ))
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Owner> {
@@ -204,6 +247,7 @@ impl Standby {
                 ))
             }
         }
+        self.check_incarnation()?;
         let target = 1 - read_generation(&self.disk)?;
         clear(&self.disk, target)?;
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
@@ -231,20 +275,13 @@ struct Claim {
 }
 
 impl Claim {
-    /// Runs `write` (a write to the standby generation) while this claim owns it, and
-    /// the disk does not name that generation live (it never does unless another state
-    /// machine on the same disk installed a snapshot: a stale one must not write there).
+    /// Runs `write` (a write to the standby generation) while this claim owns it.
     fn write(&self, write: impl FnOnce() -> Result<(), StoreError>) -> Result<(), StoreError> {
         let owner = self.standby.lock();
         if *owner != Owner::Receiving(self.id) {
             return Err(superseded());
         }
-        if read_generation(&self.standby.disk)? == self.target {
-            return Err(StoreError::Inconsistent(format!(
-                "generation {} was made live while a snapshot was received into it",
-                self.target
-            )));
-        }
+        self.standby.check_incarnation()?;
         write()
     }
 
@@ -270,12 +307,11 @@ impl Drop for Claim {
             return;
         }
         *owner = Owner::Free;
-        // Never the generation the disk names live, whoever made it so.
-        let cleared = match read_generation(&self.standby.disk) {
-            Ok(live) if live == self.target => Ok(()),
-            Ok(_) => clear(&self.standby.disk, self.target),
-            Err(e) => Err(e),
-        };
+        // Not once the disk was opened again: the generation is a later instance's now.
+        let cleared = self
+            .standby
+            .check_incarnation()
+            .and_then(|()| clear(&self.standby.disk, self.target));
         if let Err(e) = cleared {
             tracing::warn!(
                 "a snapshot not installed was left in generation {}: {e}",
@@ -383,6 +419,7 @@ impl Received {
         if *owner != Owner::Received(self.claim.id) {
             return Err(superseded());
         }
+        standby.check_incarnation()?;
         // From the write below the disk may name the standby generation live, even if
         // the write or its sync then fails: dropping the claim must leave it, and no
         // stream may clear either generation until this commit has finished.

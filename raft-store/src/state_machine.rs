@@ -276,12 +276,14 @@ impl LedgerStateMachine {
     /// nothing loaded.
     pub async fn open(disk: DiskRef) -> Result<LedgerStateMachine, StoreError> {
         let reading = disk.clone();
-        let (ledger, last_applied, membership) = blocking(move || {
+        let (ledger, last_applied, membership, standby) = blocking(move || {
+            // First, so that a state machine left over on this disk writes nothing more.
+            let standby = Standby::open(reading.clone())?;
             let generation = read_generation(&reading)?;
             clear_other_generations(&reading, generation)?;
             let (last_applied, membership) = read_applied(&reading, generation)?;
             let ledger = upgraded(Ledger::on(DiskStore::new(reading, generation)))?;
-            Ok::<_, StoreError>((ledger, last_applied, membership))
+            Ok::<_, StoreError>((ledger, last_applied, membership, standby))
         })
         .await?;
         let applied = Applied {
@@ -291,7 +293,7 @@ impl LedgerStateMachine {
         };
         Ok(LedgerStateMachine {
             applied: Arc::new(RwLock::new(applied)),
-            standby: Standby::new(disk.clone()),
+            standby,
             disk,
             changes: broadcast::channel(CHANGES_KEPT).0,
         })

@@ -237,6 +237,41 @@ fn a_streamed_snapshot_is_restored_as_it_arrives_and_installs() {
     });
 }
 
+/// `stale`, a receiver that another stream's took over, cannot push the rest of
+/// `stream` and, dropped, leaves the standby generation as the other left it; then
+/// `received`, the other stream, installs on `state_machine` and shows `after`.
+async fn stale_writes_nothing_and_the_other_installs(
+    disk: &SimDisk,
+    mut stale: SnapshotReceiver,
+    stream: &[u8],
+    state_machine: &mut LedgerStateMachine,
+    received: SnapshotData,
+    snapshot: &Snapshot,
+    after: &[u8],
+) {
+    let written = generation_keys(disk, 1);
+    assert!(written > 0, "the other stream is restored");
+    assert!(
+        stale.push(&stream[stream.len() / 2..]).is_err(),
+        "the stale receiver cannot write once the other began"
+    );
+    drop(stale);
+    assert_eq!(
+        generation_keys(disk, 1),
+        written,
+        "the stale receiver, dropped, leaves the other's writes alone"
+    );
+    state_machine
+        .install_snapshot(&snapshot.meta, received)
+        .await
+        .expect("the other stream installs");
+    let state = state_machine
+        .reader()
+        .read(|l| l.to_snapshot())
+        .expect("read");
+    assert_eq!(state, after);
+}
+
 #[test]
 fn a_stream_taken_over_by_a_later_one_writes_nothing_more() {
     LedgerRuntime::run(async {
@@ -244,28 +279,21 @@ fn a_stream_taken_over_by_a_later_one_writes_nothing_more() {
         let (disk, mut state_machine) = fresh().await;
         let reader = state_machine.reader();
         let mut first = reader.receive_snapshot().expect("receive");
-        let head = snapshot.snapshot.to_bytes().expect("stream");
-        first.push(&head[..head.len() / 2]).expect("first half");
+        let stream = snapshot.snapshot.to_bytes().expect("stream");
+        first.push(&stream[..stream.len() / 2]).expect("first half");
         let mut second = reader.receive_snapshot().expect("receive again");
         feed(&snapshot, &mut second, 4096);
         let received = second.finish(&snapshot.meta).expect("finish");
-        let written = generation_keys(&disk, 1);
-        assert!(written > 0, "the later stream is restored");
-        assert!(
-            first.push(&head[head.len() / 2..]).is_err(),
-            "the earlier stream cannot write once a later one began"
-        );
-        drop(first);
-        assert_eq!(
-            generation_keys(&disk, 1),
-            written,
-            "the earlier stream, dropped, leaves the later one's writes alone"
-        );
-        state_machine
-            .install_snapshot(&snapshot.meta, received)
-            .await
-            .expect("the later stream installs");
-        assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+        stale_writes_nothing_and_the_other_installs(
+            &disk,
+            first,
+            &stream,
+            &mut state_machine,
+            received,
+            &snapshot,
+            &after,
+        )
+        .await;
     });
 }
 
@@ -326,9 +354,33 @@ fn a_stream_of_an_earlier_instance_never_writes_or_clears_what_a_later_one_made_
             stale.push(&stream[stream.len() / 2..]).is_err(),
             "the old receiver cannot write into the generation now live"
         );
+        assert!(
+            earlier_reader.receive_snapshot().is_err(),
+            "nor can the old instance begin another stream"
+        );
         drop(stale);
         assert_eq!(generation_keys(&disk, 1), live, "nor clear it when dropped");
         assert_eq!(reader.read(|l| l.to_snapshot()).expect("read"), after);
+    });
+}
+
+#[test]
+fn a_stream_of_an_earlier_instance_leaves_a_later_instances_stream_alone() {
+    LedgerRuntime::run(async {
+        let (after, snapshot) = leader_snapshot().await;
+        let (disk, earlier) = fresh().await;
+        let mut stale = earlier.reader().receive_snapshot().expect("receive");
+        let stream = snapshot.snapshot.to_bytes().expect("stream");
+        stale.push(&stream[..stream.len() / 2]).expect("first half");
+        // Restarted on the same disk, the node receives into the same standby generation
+        // the old instance's receiver still holds.
+        let shared: DiskRef = disk.clone();
+        let (_, mut later) = open(shared).await.expect("reopen");
+        let received = received_whole(&snapshot, &later.reader());
+        stale_writes_nothing_and_the_other_installs(
+            &disk, stale, &stream, &mut later, received, &snapshot, &after,
+        )
+        .await;
     });
 }
 

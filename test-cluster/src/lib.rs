@@ -88,15 +88,23 @@ pub fn default_keys_toml() -> String {
 
 /// Ports handed to nodes come from below Linux's ephemeral range (32768 and up), where no
 /// outgoing connection's source port can take one between its choice and the node's
-/// bind; a counter keeps them apart within the process, and an offset by process id
-/// makes test processes running side by side start far apart.
+/// bind; a counter keeps them apart within the process, and a random starting point
+/// makes test processes running side by side unlikely to walk the same ports.
 const NODE_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// A port no other node of this process was given, free when chosen.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    static OFFSET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let span = u32::from(NODE_PORTS.end - NODE_PORTS.start);
-    let offset = (std::process::id() % 97) * (span / 97);
+    // std's hasher keys are random per process.
+    let offset = *OFFSET.get_or_init(|| {
+        (std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+            % u64::from(span)) as u32
+    });
     for _ in 0..span {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let port = NODE_PORTS.start + ((offset + n) % span) as u16;
