@@ -149,10 +149,10 @@ print(max((p for p in p99s if p is not None), default="none"))' "$flag.load" || 
   echo "${max:-none} ${p99:-none}"
 }
 
-# Writes until node $2's snapshot is past what node $1 held ($3) and the log is purged
-# behind it: the leader keeps logs_kept_after_snapshot (1000) entries behind its snapshot.
+# Waits (the load goes on) until leader $1's snapshot is past log index $2 and its log is
+# purged behind it: it keeps logs_kept_after_snapshot (1000) entries behind its snapshot.
 until_purged() {
-  local leader=$2 held=$3 deadline=$(( $(date +%s) + 300 ))
+  local leader=$1 held=$2 deadline=$(( $(date +%s) + 300 ))
   while [ "$(date +%s)" -lt "$deadline" ]; do
     local snap; snap=$(status_field "$leader" snapshot_index)
     [ -n "$snap" ] && [ "$snap" -gt $((held + 1000)) ] && return 0
@@ -177,7 +177,7 @@ snapshot_install() {
   steady=$(apply_phase "$leader" sleep 20)
   held=$(status_field "$f" last_log_index)
   ledger_cluster "$DATA" kill "$f" >/dev/null
-  built=$(apply_phase "$leader" until_purged "$f" "$leader" "$held")
+  built=$(apply_phase "$leader" until_purged "$leader" "$held")
   sent=$(apply_phase "$leader" restart_and_catch_up "$f" "$leader")
   echo "$steady ${built%% *} $sent $(cat "$DATA/catch-up")"
 }

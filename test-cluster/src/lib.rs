@@ -154,6 +154,17 @@ impl ProcessCluster {
         self.dir.path()
     }
 
+    /// The nodes that do not answer `operator`'s status call.
+    async fn silent(&self, operator: &LedgerClient) -> Vec<usize> {
+        let mut silent = Vec::new();
+        for i in 0..self.ports.len() {
+            if operator.status_of(i).await.is_err() {
+                silent.push(i);
+            }
+        }
+        silent
+    }
+
     /// What the silent nodes `silent` wrote last, for a failure message.
     fn diagnosis(&self, silent: &[usize]) -> String {
         silent
@@ -346,23 +357,12 @@ interval_ms = 100
     /// Initializes the cluster of the first `voters` nodes and waits for a leader.
     async fn form_members(&self, voters: usize) {
         let operator = self.client(OPERATOR_KEY);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let mut silent = Vec::new();
-            for i in 0..self.ports.len() {
-                if operator.status_of(i).await.is_err() {
-                    silent.push(i);
-                }
-            }
-            if silent.is_empty() {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out after 30 s waiting until every node answers; {}",
+        if !poll_until(30_000, || async { self.silent(&operator).await.is_empty() }).await {
+            let silent = self.silent(&operator).await;
+            panic!(
+                "timed out after 30000 ms waiting until every node answers; {}",
                 self.diagnosis(&silent)
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let members: Vec<(u64, String)> = self
             .endpoints()
@@ -458,17 +458,30 @@ impl Drop for ProcessCluster {
 }
 
 /// Polls `condition` every 100 ms until it holds; panics after `timeout_ms`.
-pub async fn wait_until<F, Fut>(what: &str, timeout_ms: u64, mut condition: F)
+pub async fn wait_until<F, Fut>(what: &str, timeout_ms: u64, condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    assert!(
+        poll_until(timeout_ms, condition).await,
+        "timed out after {timeout_ms} ms waiting until {what}"
+    );
+}
+
+/// Polls `condition` every 100 ms until it holds or `timeout_ms` have passed; whether it
+/// held.
+pub async fn poll_until<F, Fut>(timeout_ms: u64, mut condition: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
     while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout_ms} ms waiting until {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    true
 }
