@@ -9,7 +9,12 @@
 //! call whose overload budget is spent fails with [`ClientError::Overloaded`], to be sent
 //! again later with the same command id.
 //!
+//! Claims and reports made while others of the same client are on their way travel
+//! together in one `Batch` call (see [`batch`]); each is still served, retried and
+//! answered as its own call.
+//!
 //! [`transport`]: crate::transport
+//! [`batch`]: crate::batch
 
 use tonic::transport::Channel;
 
@@ -19,9 +24,12 @@ use ledger_core::{
     TenantSettings, ToolName, ToolPolicy,
 };
 use ledger_proto::pb::admin_client::AdminClient;
+use ledger_proto::pb::batch_item::Command as Item;
+use ledger_proto::pb::batch_result::Result as Answer;
 use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
 use ledger_proto::{pb, WatchFilter};
 
+use crate::batch::Batcher;
 use crate::error::ClientError;
 use crate::transport::{OverloadPolicy, RetryPolicy, TlsOptions, Transport};
 
@@ -40,6 +48,7 @@ pub struct AmendOutcome {
 #[derive(Clone)]
 pub struct LedgerClient {
     transport: Transport,
+    batcher: Batcher,
 }
 
 /// A change to an effect that a watch follows, as the serving node held it afterwards.
@@ -135,8 +144,10 @@ impl LedgerClient {
         overload: OverloadPolicy,
         tls: Option<TlsOptions>,
     ) -> Result<Self, ClientError> {
+        let transport = Transport::with_tls(endpoints, api_key, retry, overload, tls)?;
         Ok(LedgerClient {
-            transport: Transport::with_tls(endpoints, api_key, retry, overload, tls)?,
+            batcher: Batcher::new(transport.clone()),
+            transport,
         })
     }
 
@@ -213,14 +224,10 @@ impl LedgerClient {
     ) -> Result<ClaimOutcome, ClientError> {
         let message =
             pb::ClaimRequest::new(command_id, declaration, holder, lease_ms, confirmation);
-        let t = &self.transport;
-        let response = t
-            .call(|ch| {
-                let request = t.request(message.clone());
-                async move { Self::grpc(ch).claim(request).await }
-            })
-            .await?;
-        ClaimOutcome::try_from(response.into_inner()).map_err(malformed)
+        match self.batcher.call(Item::Claim(message)).await? {
+            Answer::Claim(response) => ClaimOutcome::try_from(response).map_err(malformed),
+            other => Err(malformed(format!("a claim answered with {other:?}"))),
+        }
     }
 
     /// Extends the lease of the attempt holding `fencing_token`; returns its new end.
@@ -251,14 +258,11 @@ impl LedgerClient {
         report: Report,
     ) -> Result<(EffectState, Option<String>), ClientError> {
         let message = pb::ReportRequest::new(command_id, key, fencing_token, report);
-        let t = &self.transport;
-        let response = t
-            .call(|ch| {
-                let request = t.request(message.clone());
-                async move { Self::grpc(ch).report(request).await }
-            })
-            .await?;
-        match Outcome::try_from(response.into_inner()).map_err(malformed)? {
+        let response = match self.batcher.call(Item::Report(message)).await? {
+            Answer::Report(response) => response,
+            other => return Err(malformed(format!("a report answered with {other:?}"))),
+        };
+        match Outcome::try_from(response).map_err(malformed)? {
             Outcome::Reported { state, receipt } => Ok((state, receipt)),
             other => Err(unexpected(other)),
         }

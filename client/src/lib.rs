@@ -11,12 +11,15 @@
 //! - [`LedgerClient`] ([`ledger`]): declare, claim, heartbeat, report, reconcile,
 //!   observe, decide, get, list and watch, tenant configuration, in core types, against
 //!   any node of the cluster.
+//! - [`batch`]: claims and reports made at the same time travel together, in `Batch`
+//!   calls, each item served as its own call.
 //! - [`transport`]: endpoints, TLS ([`TlsOptions`]), following the leader, and retries
 //!   that re-send the same command id, so a lost answer never turns into a second grant.
 //! - [`admin`]: node status, finding the leader, forming and changing the cluster.
 //! - [`error`]: [`ClientError`], with the ledger's typed refusals.
 
 pub mod admin;
+pub mod batch;
 pub mod effect;
 pub mod error;
 pub mod keys;

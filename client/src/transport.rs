@@ -65,9 +65,7 @@ impl Default for OverloadPolicy {
     }
 }
 
-/// Metadata key of the wait (decimal milliseconds) a node suggests when it answers
-/// `RESOURCE_EXHAUSTED` for overload.
-pub const RETRY_AFTER_MS_METADATA: &str = "retry-after-ms";
+pub use ledger_proto::RETRY_AFTER_MS_METADATA;
 
 /// Shortest wait after an overload answer, so that a zero hint cannot spin.
 const OVERLOAD_WAIT_MS_MIN: u64 = 10;

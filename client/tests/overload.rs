@@ -66,6 +66,13 @@ impl Ledger for FakeNode {
         Err(self.answer(key))
     }
 
+    async fn batch(
+        &self,
+        _: Request<pb::BatchRequest>,
+    ) -> Result<Response<pb::BatchResponse>, Status> {
+        Err(unimplemented())
+    }
+
     async fn declare(
         &self,
         _: Request<pb::DeclareRequest>,

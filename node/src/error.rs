@@ -6,10 +6,7 @@
 
 use ledger_proto::convert::WireError;
 
-/// Metadata key of the wait (decimal milliseconds) a `RESOURCE_EXHAUSTED` answer for
-/// overload suggests before the same call is sent again. A tenant's quota refusal, also
-/// `RESOURCE_EXHAUSTED`, carries a refusal instead and no such entry.
-pub const RETRY_AFTER_MS_METADATA: &str = "retry-after-ms";
+pub use ledger_proto::RETRY_AFTER_MS_METADATA;
 
 /// Why a node could not serve a call.
 #[derive(Debug, Clone, thiserror::Error)]

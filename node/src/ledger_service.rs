@@ -5,6 +5,11 @@
 //! story can be followed across nodes. Malformed requests are INVALID_ARGUMENT before
 //! anything is proposed; refusals come back from the state machine as values and are
 //! mapped to statuses in `ledger_proto::status`.
+//!
+//! `Batch` carries several claims and reports in one call, for clients that coalesce
+//! their concurrent calls: each item is served exactly as its own call (admitted, applied,
+//! logged and counted on its own, concurrently with the others), and its answer or status
+//! is the item's result.
 
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -19,6 +24,10 @@ use crate::metrics::{result_label, Stopwatch, CALL_SECONDS};
 use crate::node::LedgerNode;
 use crate::watch::{EventStream, Watches};
 use crate::wire::{ReadRequest, ReadResponse};
+
+/// Most items one `Batch` call may carry; each is admitted on its own, so this bounds
+/// only the size of one request and answer.
+pub const BATCH_ITEMS_MAX: usize = 256;
 
 /// Serves the ledger API on one node.
 pub struct LedgerService {
@@ -44,7 +53,18 @@ impl LedgerService {
         Resp: TryFrom<Outcome, Error = OutcomeError>,
     {
         let caller = self.auth.caller(&request)?;
-        let command = request.into_inner().into_command(caller)?;
+        self.serve(caller, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    /// Converts `message` of an authenticated `caller`, applies it, answers it.
+    async fn serve<Req, Resp>(&self, caller: Caller, message: Req) -> Result<Resp, Status>
+    where
+        Req: IntoCommand,
+        Resp: TryFrom<Outcome, Error = OutcomeError>,
+    {
+        let command = message.into_command(caller)?;
         let effect = command
             .body
             .effect_key()
@@ -73,10 +93,28 @@ impl LedgerService {
             } else {
                 tracing::debug!(?outcome, "applied");
             }
-            outcome_to_response(outcome).map(Response::new)
+            outcome_to_response(outcome)
         }
         .instrument(span)
         .await
+    }
+
+    /// One item of a batch, served as its own call would be.
+    async fn serve_item(&self, caller: Caller, item: pb::BatchItem) -> pb::BatchResult {
+        use pb::batch_item::Command as Item;
+        use pb::batch_result::Result as Answer;
+        let answer = match item.command {
+            Some(Item::Claim(message)) => self.serve(caller, message).await.map(Answer::Claim),
+            Some(Item::Report(message)) => self.serve(caller, message).await.map(Answer::Report),
+            None => Err(Status::invalid_argument(
+                "malformed request: a batch item without a command",
+            )),
+        };
+        pb::BatchResult {
+            result: Some(answer.unwrap_or_else(|status| {
+                Answer::Error(ledger_proto::status_to_item_error(&status))
+            })),
+        }
     }
 
     /// The tenant whose records `caller` may read.
@@ -149,6 +187,25 @@ impl pb::ledger_server::Ledger for LedgerService {
         request: Request<pb::AmendRequest>,
     ) -> Result<Response<pb::AmendResponse>, Status> {
         self.apply(request).await
+    }
+
+    async fn batch(
+        &self,
+        request: Request<pb::BatchRequest>,
+    ) -> Result<Response<pb::BatchResponse>, Status> {
+        let caller = self.auth.caller(&request)?;
+        let items = request.into_inner().items;
+        if items.len() > BATCH_ITEMS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "malformed request: a batch carries at most {BATCH_ITEMS_MAX} items, not {}",
+                items.len()
+            )));
+        }
+        let answers = items
+            .into_iter()
+            .map(|item| self.serve_item(caller.clone(), item));
+        let results = futures::future::join_all(answers).await;
+        Ok(Response::new(pb::BatchResponse { results }))
     }
 
     async fn get(

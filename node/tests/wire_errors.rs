@@ -1,6 +1,7 @@
 //! Bad input on the wire gets a gRPC error, never a crash, and changes nothing stored:
 //! garbage bytes on the port, oversized messages, malformed requests, unknown or missing
-//! API keys, an unregistered tenant, invalid keys, another tenant's effect.
+//! API keys, an unregistered tenant, invalid keys, another tenant's effect, and batches
+//! of such calls.
 
 mod common;
 
@@ -182,6 +183,102 @@ async fn bad_input_is_a_grpc_error_and_the_node_keeps_serving() {
         Ok(ClaimOutcome::Proceed(_)) => {}
         other => panic!("the node stopped serving: {other:?}"),
     }
+}
+
+/// A `Batch` call: too many items or no API key turn the whole call away; otherwise each
+/// item is answered as its own call would be, malformed and refused items included, and
+/// only the good ones change anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answers_each_item_as_its_own_call() {
+    use pb::batch_item::Command as Item;
+    use pb::batch_result::Result as Answer;
+    let cluster = ProcessCluster::start(1);
+    cluster.form().await;
+    let tenant = cluster.client(TENANT_KEY);
+    let mut raw = Grpc::new(tenant.transport().channel(0));
+    let claim_item = |id: &str, key: &str| pb::BatchItem {
+        command: Some(Item::Claim(pb::ClaimRequest::new(
+            id,
+            refund(TENANT, key, "{}".into()),
+            "wire-test",
+            None,
+            None,
+        ))),
+    };
+
+    let too_many = pb::BatchRequest {
+        items: vec![pb::BatchItem::default(); ledger_node::ledger_service::BATCH_ITEMS_MAX + 1],
+    };
+    let status = raw.batch(tenant.transport().request(too_many)).await;
+    assert_eq!(status.unwrap_err().code(), Code::InvalidArgument);
+    let anonymous = pb::BatchRequest {
+        items: vec![claim_item("anon", "anon")],
+    };
+    let status = raw.batch(tonic::Request::new(anonymous)).await;
+    assert_eq!(status.unwrap_err().code(), Code::Unauthenticated);
+
+    let earlier = refund(TENANT, "earlier", "{}".into());
+    let granted = claim(&tenant, "earlier-claim", earlier.clone()).await;
+    assert!(
+        matches!(granted, Ok(ClaimOutcome::Proceed(_))),
+        "{granted:?}"
+    );
+    let stale = pb::ReportRequest::new(
+        "stale-report",
+        earlier.key.clone(),
+        999,
+        ledger_core::Report::Committed {
+            receipt: "r".into(),
+        },
+    );
+    let request = pb::BatchRequest {
+        items: vec![
+            pb::BatchItem { command: None },
+            claim_item("batched-claim", "batched"),
+            claim_item("bad-key-claim", "has space"),
+            pb::BatchItem {
+                command: Some(Item::Report(stale)),
+            },
+        ],
+    };
+    let results = raw
+        .batch(tenant.transport().request(request))
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    assert_eq!(results.len(), 4);
+    let status_of = |i: usize| match &results[i].result {
+        Some(Answer::Error(e)) => ledger_proto::item_error_to_status(e.clone()),
+        other => panic!("item {i}: expected an error, got {other:?}"),
+    };
+    assert_eq!(status_of(0).code(), Code::InvalidArgument);
+    match &results[1].result {
+        Some(Answer::Claim(response)) => match ClaimOutcome::try_from(response.clone()) {
+            Ok(ClaimOutcome::Proceed(_)) => {}
+            other => panic!("expected a grant, got {other:?}"),
+        },
+        other => panic!("expected a claim's answer, got {other:?}"),
+    }
+    match ledger_proto::status_to_refusal(&status_of(2)) {
+        Some(Refusal::InvalidField(_)) => {}
+        other => panic!("expected InvalidField, got {other:?}"),
+    }
+    match ledger_proto::status_to_refusal(&status_of(3)) {
+        Some(Refusal::StaleToken { .. }) => {}
+        other => panic!("expected StaleToken, got {other:?}"),
+    }
+    assert_eq!(status_of(3).code(), Code::FailedPrecondition);
+
+    let record = tenant
+        .get(EffectKey::new(TENANT, "wire", "batched"))
+        .await
+        .unwrap()
+        .expect("the batched claim's record");
+    assert_eq!(record.attempts.len(), 1);
+    assert_eq!(record.state, ledger_core::EffectState::InProgress);
+    let bad = tenant.get(EffectKey::new(TENANT, "wire", "anon")).await;
+    assert!(bad.unwrap().is_none());
 }
 
 /// Cluster status and its state digest need the operator key; a tenant key is refused

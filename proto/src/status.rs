@@ -21,9 +21,15 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
 use crate::convert::{OutcomeError, WireError};
+use crate::pb;
 
 /// The binary metadata entry that carries a refusal as JSON.
 pub const REFUSAL_METADATA_KEY: &str = "ledger-refusal-bin";
+
+/// Metadata key of the wait (decimal milliseconds) a `RESOURCE_EXHAUSTED` answer for
+/// overload suggests before the same call is sent again. A tenant's quota refusal, also
+/// `RESOURCE_EXHAUSTED`, carries a refusal instead and no such entry.
+pub const RETRY_AFTER_MS_METADATA: &str = "retry-after-ms";
 
 /// The gRPC code a refusal is sent with.
 pub fn refusal_code(refusal: &Refusal) -> Code {
@@ -71,6 +77,43 @@ pub fn status_to_refusal(status: &Status) -> Option<Refusal> {
     let value = status.metadata().get_bin(REFUSAL_METADATA_KEY)?;
     let json = value.to_bytes().ok()?;
     serde_json::from_slice(&json).ok()
+}
+
+/// A failed call as an item of a batch's answer: the status's code, message, refusal and
+/// suggested wait, which [`item_error_to_status`] turns back into the same status.
+pub fn status_to_item_error(status: &Status) -> pb::ItemError {
+    let metadata = status.metadata();
+    pb::ItemError {
+        code: status.code() as i32,
+        message: status.message().to_owned(),
+        refusal: metadata
+            .get_bin(REFUSAL_METADATA_KEY)
+            .and_then(|v| v.to_bytes().ok())
+            .map(|b| b.to_vec())
+            .unwrap_or_default(),
+        retry_after_ms: metadata
+            .get(RETRY_AFTER_MS_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()),
+    }
+}
+
+/// The status a batch item's error stands for, as its own call would have been answered.
+pub fn item_error_to_status(error: pb::ItemError) -> Status {
+    let mut metadata = MetadataMap::new();
+    if !error.refusal.is_empty() {
+        metadata.insert_bin(
+            REFUSAL_METADATA_KEY,
+            MetadataValue::from_bytes(&error.refusal),
+        );
+    }
+    if let Some(value) = error
+        .retry_after_ms
+        .and_then(|ms| ms.to_string().parse().ok())
+    {
+        metadata.insert(RETRY_AFTER_MS_METADATA, value);
+    }
+    Status::with_metadata(Code::from_i32(error.code), error.message, metadata)
 }
 
 /// The status for a request that does not map to a command: INVALID_ARGUMENT.

@@ -132,3 +132,30 @@ fn outcomes_become_responses_or_statuses() {
     };
     assert_eq!(Status::from(mismatch).code(), Code::Internal);
 }
+
+#[test]
+fn a_status_survives_the_trip_through_a_batch_item() {
+    for (refusal, code) in refusals() {
+        let sent = refusal_to_status(&refusal);
+        let back = item_error_to_status(status_to_item_error(&sent));
+        assert_eq!(back.code(), code);
+        assert_eq!(back.message(), sent.message());
+        assert_eq!(status_to_refusal(&back), Some(refusal));
+        assert!(back.metadata().get(RETRY_AFTER_MS_METADATA).is_none());
+    }
+    let mut overloaded = Status::resource_exhausted("busy");
+    overloaded
+        .metadata_mut()
+        .insert(RETRY_AFTER_MS_METADATA, MetadataValue::from_static("250"));
+    let item = status_to_item_error(&overloaded);
+    assert_eq!(item.retry_after_ms, Some(250));
+    assert!(item.refusal.is_empty());
+    let back = item_error_to_status(item);
+    assert_eq!(back.code(), Code::ResourceExhausted);
+    assert_eq!(status_to_refusal(&back), None);
+    let hint = back.metadata().get(RETRY_AFTER_MS_METADATA).unwrap();
+    assert_eq!(hint.to_str().unwrap(), "250");
+    let unavailable = item_error_to_status(status_to_item_error(&Status::unavailable("gone")));
+    assert_eq!(unavailable.code(), Code::Unavailable);
+    assert_eq!(unavailable.message(), "gone");
+}

@@ -1,0 +1,313 @@
+//! Claims and reports made at the same time by one client travel together, in `Batch`
+//! calls.
+//!
+//! A call is queued, and a batch takes what is queued when it leaves: there is no timer, so
+//! a call made alone leaves at once, in a batch of one, and calls made while batches are on
+//! their way leave together in the next. At most [`FLIGHTS_MAX`] batches are on their way
+//! at once, each of at most [`ITEMS_MAX`] items and about [`BYTES_MAX`] bytes; a call
+//! larger than [`ALONE_BYTES`] is sent alone.
+//!
+//! Each item is the request its own call would send, command id included, and the node
+//! serves it as that call, so batching changes how calls travel, never what they do:
+//!
+//! - A batch is sent by [`Transport::call`]: the same retries, redirects and overload waits
+//!   as a single call, and when they are spent every item fails as its call would have.
+//!   Re-sending a batch re-sends each item's command id, so an item applied before an
+//!   answer was lost returns its first outcome.
+//! - An item that failed in a way that may be retried (no leader, a timeout, overload) is
+//!   sent again on its own, with the single call's retries and waits; any other failure
+//!   (a refusal, a bad request) is the call's answer.
+//! - A node that answers `Batch` with `UNIMPLEMENTED` predates it: from then on this
+//!   client sends every call on its own.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prost::Message;
+use tokio::sync::oneshot;
+use tonic::Code;
+
+use ledger_proto::pb;
+use ledger_proto::pb::batch_item::Command as Item;
+use ledger_proto::pb::batch_result::Result as Answer;
+use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
+
+use crate::error::ClientError;
+use crate::transport::{overload_hint, retryable, Transport};
+
+/// Most batches on their way at once.
+pub const FLIGHTS_MAX: usize = 16;
+/// Most items in one batch (a node takes up to 256).
+pub const ITEMS_MAX: usize = 64;
+/// About the most bytes of items in one batch.
+pub const BYTES_MAX: usize = 1 << 20;
+/// Calls larger than this are sent on their own.
+pub const ALONE_BYTES: usize = 256 << 10;
+
+/// The queue of one client's calls, and the batches that carry them.
+#[derive(Clone)]
+pub(crate) struct Batcher {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    transport: Transport,
+    /// False once a node answered `Batch` with `UNIMPLEMENTED`.
+    supported: AtomicBool,
+    queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Waiting>,
+    /// Batches on their way (tasks sending them).
+    flights: usize,
+}
+
+/// A queued call and where its answer goes.
+struct Waiting {
+    item: Item,
+    bytes: usize,
+    answer: oneshot::Sender<Result<Answer, ClientError>>,
+}
+
+impl Batcher {
+    pub(crate) fn new(transport: Transport) -> Self {
+        Batcher {
+            shared: Arc::new(Shared {
+                transport,
+                supported: AtomicBool::new(true),
+                queue: Mutex::new(Queue::default()),
+            }),
+        }
+    }
+
+    /// The answer to `item`, sent in a batch with the calls made meanwhile, or alone.
+    pub(crate) async fn call(&self, item: Item) -> Result<Answer, ClientError> {
+        let bytes = encoded_len(&item);
+        if bytes > ALONE_BYTES || !self.shared.supported.load(Ordering::Relaxed) {
+            return self.shared.alone(item).await;
+        }
+        let (answer, answered) = oneshot::channel();
+        let fly = {
+            let mut queue = self.shared.locked();
+            queue.waiting.push_back(Waiting {
+                item,
+                bytes,
+                answer,
+            });
+            let fly = queue.flights < FLIGHTS_MAX;
+            if fly {
+                queue.flights += 1;
+            }
+            fly
+        };
+        if fly {
+            tokio::spawn(self.shared.clone().fly());
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(ClientError::Unavailable {
+                attempts: 0,
+                last: "the client's batch task ended without an answer".into(),
+            })
+        })
+    }
+}
+
+impl Shared {
+    fn locked(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // The queue's state is valid after every statement; a panic elsewhere with the
+        // lock held leaves nothing half-done.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends batches while calls are queued; one of at most [`FLIGHTS_MAX`] such tasks.
+    async fn fly(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut queue = self.locked();
+                if queue.waiting.is_empty() {
+                    queue.flights -= 1;
+                    return;
+                }
+                take_batch(&mut queue.waiting)
+            };
+            self.send(batch).await;
+        }
+    }
+
+    /// Sends `batch` and answers its calls.
+    async fn send(self: &Arc<Self>, batch: Vec<Waiting>) {
+        if !self.supported.load(Ordering::Relaxed) {
+            for waiting in batch {
+                self.resend(waiting.item, waiting.answer);
+            }
+            return;
+        }
+        let (items, answers): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|w| {
+                let item = pb::BatchItem {
+                    command: Some(w.item),
+                };
+                (item, w.answer)
+            })
+            .unzip();
+        let message = pb::BatchRequest { items };
+        let t = &self.transport;
+        let sent = t
+            .call(|ch| {
+                let request = t.request(message.clone());
+                async move { Grpc::new(ch).batch(request).await }
+            })
+            .await;
+        let items = message.items.into_iter().filter_map(|i| i.command);
+        let results = match sent {
+            Ok(response) => response.into_inner().results,
+            Err(ClientError::Status {
+                code: Code::Unimplemented,
+                ..
+            }) => {
+                tracing::info!("the ledger node has no Batch call; sending calls one by one");
+                self.supported.store(false, Ordering::Relaxed);
+                for (item, answer) in items.zip(answers) {
+                    self.resend(item, answer);
+                }
+                return;
+            }
+            Err(error) => {
+                for answer in answers {
+                    let _ = answer.send(Err(error.clone()));
+                }
+                return;
+            }
+        };
+        if results.len() != answers.len() {
+            let error = ClientError::Malformed(format!(
+                "{} answers to a batch of {}",
+                results.len(),
+                answers.len()
+            ));
+            for answer in answers {
+                let _ = answer.send(Err(error.clone()));
+            }
+            return;
+        }
+        for ((item, answer), result) in items.zip(answers).zip(results) {
+            match result.result {
+                Some(Answer::Error(error)) => {
+                    let status = ledger_proto::item_error_to_status(error);
+                    if retryable(&status) || overload_hint(&status).is_some() {
+                        self.resend(item, answer);
+                    } else {
+                        let _ = answer.send(Err(ClientError::from_status(status)));
+                    }
+                }
+                Some(result) => {
+                    let _ = answer.send(Ok(result));
+                }
+                None => {
+                    let _ = answer.send(Err(ClientError::Malformed(
+                        "a batch result without a result".into(),
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Sends `item` on its own, in a task of its own (its retries and overload waits must
+    /// not hold up the batches), and answers it.
+    fn resend(self: &Arc<Self>, item: Item, answer: oneshot::Sender<Result<Answer, ClientError>>) {
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let _ = answer.send(shared.alone(item).await);
+        });
+    }
+
+    /// The answer to `item` sent as its own call.
+    async fn alone(&self, item: Item) -> Result<Answer, ClientError> {
+        let t = &self.transport;
+        match item {
+            Item::Claim(message) => t
+                .call(|ch| {
+                    let request = t.request(message.clone());
+                    async move { Grpc::new(ch).claim(request).await }
+                })
+                .await
+                .map(|r| Answer::Claim(r.into_inner())),
+            Item::Report(message) => t
+                .call(|ch| {
+                    let request = t.request(message.clone());
+                    async move { Grpc::new(ch).report(request).await }
+                })
+                .await
+                .map(|r| Answer::Report(r.into_inner())),
+        }
+    }
+}
+
+/// The calls at the front of `waiting` that fit one batch (at least one).
+fn take_batch(waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    while let Some(next) = waiting.front() {
+        if !batch.is_empty() && (batch.len() == ITEMS_MAX || bytes + next.bytes > BYTES_MAX) {
+            break;
+        }
+        bytes += next.bytes;
+        batch.extend(waiting.pop_front());
+    }
+    batch
+}
+
+/// The size of `item` on the wire.
+fn encoded_len(item: &Item) -> usize {
+    match item {
+        Item::Claim(m) => m.encoded_len(),
+        Item::Report(m) => m.encoded_len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(bytes: usize) -> Waiting {
+        Waiting {
+            item: Item::Report(pb::ReportRequest::default()),
+            bytes,
+            answer: oneshot::channel().0,
+        }
+    }
+
+    fn sizes(waiting: &mut VecDeque<Waiting>) -> Vec<usize> {
+        take_batch(waiting).iter().map(|w| w.bytes).collect()
+    }
+
+    #[test]
+    fn a_batch_takes_calls_in_order_up_to_its_item_and_byte_limits() {
+        let mut queue: VecDeque<_> = (0..ITEMS_MAX + 3).map(|_| waiting(10)).collect();
+        assert_eq!(sizes(&mut queue).len(), ITEMS_MAX);
+        assert_eq!(sizes(&mut queue).len(), 3);
+        assert!(sizes(&mut queue).is_empty());
+
+        let half = BYTES_MAX / 2;
+        let mut queue: VecDeque<_> = [half, half - 1, 2, BYTES_MAX - 1, 5, 6]
+            .into_iter()
+            .map(waiting)
+            .collect();
+        assert_eq!(sizes(&mut queue), vec![half, half - 1]);
+        assert_eq!(sizes(&mut queue), vec![2]);
+        assert_eq!(sizes(&mut queue), vec![BYTES_MAX - 1]);
+        assert_eq!(sizes(&mut queue), vec![5, 6]);
+    }
+
+    #[test]
+    fn a_call_larger_than_a_batch_still_leaves_in_one_of_its_own() {
+        let mut queue: VecDeque<_> = [1, BYTES_MAX * 2, 1].into_iter().map(waiting).collect();
+        assert_eq!(sizes(&mut queue), vec![1]);
+        assert_eq!(sizes(&mut queue), vec![BYTES_MAX * 2]);
+        assert_eq!(sizes(&mut queue), vec![1]);
+    }
+}

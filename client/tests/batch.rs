@@ -1,0 +1,339 @@
+//! How one client's concurrent calls travel: together in `Batch` calls, each answered as
+//! its own; an item that failed in a retryable way sent again alone; and every call on its
+//! own once a node answers `Batch` with UNIMPLEMENTED, as a node from before `Batch` does.
+//! The node is a fake ledger service in process, because an older node cannot be run
+//! here: it answers a report with the report's command id as the receipt, so each caller
+//! can tell its own answer, and records which calls arrived.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+use ledger_client::batch::{FLIGHTS_MAX, ITEMS_MAX};
+use ledger_client::{ClientError, LedgerClient, RetryPolicy};
+use ledger_core::{Authority, Declaration, EffectKey, EffectState, Refusal, Report, ToolRef};
+use ledger_proto::pb;
+use ledger_proto::pb::batch_item::Command as Item;
+use ledger_proto::pb::batch_result::Result as Answer;
+use ledger_proto::pb::ledger_server::{Ledger, LedgerServer};
+
+/// How the fake answers a batch.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Answers every item, after a pause that lets calls pile up meanwhile.
+    Serve,
+    /// Answers items whose command id ends in `!` with UNAVAILABLE, others as `Serve`.
+    FailMarked,
+    /// Has no `Batch` (UNIMPLEMENTED), like a node from before it.
+    Old,
+    /// Turns the whole batch away: PERMISSION_DENIED.
+    Deny,
+}
+
+#[derive(Clone)]
+struct FakeNode {
+    mode: Mode,
+    /// Items per `Batch` call, in arrival order.
+    batches: Arc<Mutex<Vec<usize>>>,
+    /// Command ids of reports that came on their own.
+    alone: Arc<Mutex<Vec<String>>>,
+}
+
+/// The answer the fake gives a report served: committed, its command id as receipt.
+fn answer(report: &pb::ReportRequest) -> pb::ReportResponse {
+    pb::ReportResponse {
+        state: pb::EffectState::Committed as i32,
+        receipt: Some(report.command_id.clone()),
+    }
+}
+
+fn unimplemented() -> Status {
+    Status::unimplemented("not in this fake")
+}
+
+#[tonic::async_trait]
+impl Ledger for FakeNode {
+    async fn batch(
+        &self,
+        request: Request<pb::BatchRequest>,
+    ) -> Result<Response<pb::BatchResponse>, Status> {
+        let items = request.into_inner().items;
+        self.batches.lock().unwrap().push(items.len());
+        match self.mode {
+            Mode::Old => return Err(unimplemented()),
+            Mode::Deny => return Err(Status::permission_denied("not for you")),
+            Mode::Serve | Mode::FailMarked => {}
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let results = items
+            .into_iter()
+            .map(|item| {
+                let result = match item.command {
+                    Some(Item::Report(r))
+                        if self.mode == Mode::FailMarked && r.command_id.ends_with('!') =>
+                    {
+                        let status = Status::unavailable("no leader");
+                        Answer::Error(ledger_proto::status_to_item_error(&status))
+                    }
+                    Some(Item::Report(r)) => Answer::Report(answer(&r)),
+                    Some(Item::Claim(_)) | None => {
+                        let status = ledger_proto::refusal_to_status(&Refusal::ProofRequired);
+                        Answer::Error(ledger_proto::status_to_item_error(&status))
+                    }
+                };
+                pb::BatchResult {
+                    result: Some(result),
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::BatchResponse { results }))
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
+        let report = request.into_inner();
+        self.alone.lock().unwrap().push(report.command_id.clone());
+        Ok(Response::new(answer(&report)))
+    }
+
+    async fn claim(
+        &self,
+        _: Request<pb::ClaimRequest>,
+    ) -> Result<Response<pb::ClaimResponse>, Status> {
+        Err(ledger_proto::refusal_to_status(&Refusal::ProofRequired))
+    }
+
+    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn declare(
+        &self,
+        _: Request<pb::DeclareRequest>,
+    ) -> Result<Response<pb::DeclareResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn heartbeat(
+        &self,
+        _: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn begin_reconcile(
+        &self,
+        _: Request<pb::BeginReconcileRequest>,
+    ) -> Result<Response<pb::BeginReconcileResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn observe(
+        &self,
+        _: Request<pb::ObserveRequest>,
+    ) -> Result<Response<pb::ObserveResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn decide(
+        &self,
+        _: Request<pb::DecideRequest>,
+    ) -> Result<Response<pb::DecideResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn amend(
+        &self,
+        _: Request<pb::AmendRequest>,
+    ) -> Result<Response<pb::AmendResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    async fn list(
+        &self,
+        _: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        Err(unimplemented())
+    }
+
+    type WatchStream = ledger_node::watch::EventStream;
+
+    async fn watch(
+        &self,
+        _: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(unimplemented())
+    }
+}
+
+/// A fake node served on loopback until dropped, and a client of it.
+struct Served {
+    node: FakeNode,
+    client: LedgerClient,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn serve(mode: Mode) -> Served {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let node = FakeNode {
+        mode,
+        batches: Default::default(),
+        alone: Default::default(),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(LedgerServer::new(node.clone()))
+        .serve_with_shutdown(addr.parse().unwrap(), async {
+            let _ = stopped.await;
+        });
+    tokio::spawn(server);
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let retry = RetryPolicy {
+        attempts: 2,
+        backoff_ms: 10,
+        ..RetryPolicy::default()
+    };
+    let client = LedgerClient::with_retry(vec![addr], "any-key-0000000001", retry).unwrap();
+    Served {
+        node,
+        client,
+        _stop: stop,
+    }
+}
+
+/// `n` reports made at once through `client`, with command ids `report-i` (and `!` at the
+/// end for those `marked` picks); their answers in the same order.
+async fn reports(
+    client: &LedgerClient,
+    n: usize,
+    marked: impl Fn(usize) -> bool,
+) -> Vec<(String, Result<(EffectState, Option<String>), ClientError>)> {
+    let calls = (0..n).map(|i| {
+        let client = client.clone();
+        let id = format!("report-{i}{}", if marked(i) { "!" } else { "" });
+        tokio::spawn(async move {
+            let key = EffectKey::new("acme", "tests", format!("k{i}"));
+            let report = Report::Committed {
+                receipt: "r".into(),
+            };
+            let answer = client.report(&id, key, 1, report).await;
+            (id, answer)
+        })
+    });
+    let mut answers = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        answers.push(call.await.unwrap());
+    }
+    answers
+}
+
+#[tokio::test]
+async fn calls_made_together_travel_in_batches_and_each_gets_its_own_answer() {
+    let served = serve(Mode::Serve).await;
+    let n = 300;
+    for (id, answer) in reports(&served.client, n, |_| false).await {
+        assert_eq!(answer.unwrap(), (EffectState::Committed, Some(id)));
+    }
+    let batches = served.node.batches.lock().unwrap().clone();
+    assert_eq!(batches.iter().sum::<usize>(), n, "{batches:?}");
+    assert!(batches.iter().all(|&b| b <= ITEMS_MAX), "{batches:?}");
+    // The first batches leave with the first calls; the others wait for them and leave
+    // full, so far fewer calls than reports reach the node.
+    assert!(batches.len() <= n / 10, "{batches:?}");
+    assert!(served.node.alone.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_item_that_failed_retryably_is_sent_again_alone_and_a_refusal_is_final() {
+    let served = serve(Mode::FailMarked).await;
+    let answers = reports(&served.client, 40, |i| i % 4 == 0).await;
+    for (id, answer) in &answers {
+        assert_eq!(
+            answer.as_ref().unwrap(),
+            &(EffectState::Committed, Some(id.clone()))
+        );
+    }
+    let mut alone = served.node.alone.lock().unwrap().clone();
+    alone.sort();
+    let mut marked: Vec<_> = answers
+        .into_iter()
+        .map(|(id, _)| id)
+        .filter(|id| id.ends_with('!'))
+        .collect();
+    marked.sort();
+    assert_eq!(alone, marked);
+
+    // A refusal inside a batch is the call's answer: not sent again.
+    let declaration = Declaration {
+        key: EffectKey::new("acme", "tests", "k"),
+        workflow_id: "w".into(),
+        tool: ToolRef {
+            provider: "payments".into(),
+            name: "refund".into(),
+            contract_version: "v1".into(),
+        },
+        authority: Authority {
+            principal: "user:test".into(),
+            policy_generation: 1,
+        },
+        target: "order:1".into(),
+        intent_json: "{}".into(),
+    };
+    let claimed = served
+        .client
+        .claim("claim-1", declaration, "holder", None, None)
+        .await;
+    assert!(
+        matches!(claimed, Err(ClientError::Refused(Refusal::ProofRequired))),
+        "{claimed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_without_batch_gets_every_call_on_its_own_from_then_on() {
+    let served = serve(Mode::Old).await;
+    for (id, answer) in reports(&served.client, 20, |_| false).await {
+        assert_eq!(answer.unwrap(), (EffectState::Committed, Some(id)));
+    }
+    assert_eq!(served.node.alone.lock().unwrap().len(), 20);
+    let tried = served.node.batches.lock().unwrap().len();
+    assert!((1..=FLIGHTS_MAX).contains(&tried), "{tried}");
+    for (id, answer) in reports(&served.client, 5, |_| false).await {
+        assert_eq!(answer.unwrap(), (EffectState::Committed, Some(id)));
+    }
+    assert_eq!(served.node.alone.lock().unwrap().len(), 25);
+    assert_eq!(served.node.batches.lock().unwrap().len(), tried);
+}
+
+#[tokio::test]
+async fn a_batch_turned_away_is_every_item_s_answer() {
+    let served = serve(Mode::Deny).await;
+    for (_, answer) in reports(&served.client, 10, |_| false).await {
+        assert!(
+            matches!(
+                answer,
+                Err(ClientError::Status {
+                    code: tonic::Code::PermissionDenied,
+                    ..
+                })
+            ),
+            "{answer:?}"
+        );
+    }
+    assert!(served.node.alone.lock().unwrap().is_empty());
+}
