@@ -139,14 +139,16 @@ run_ledger() {
 # --- PostgreSQL -------------------------------------------------------------------------
 
 run_postgres() {
-  local pg=$BENCH_DIR/pg
+  # Absolute: the server runs in its data folder and puts its socket here.
+  local pg
+  pg=$(realpath -m "$BENCH_DIR/pg")
   id "$PG_USER" >/dev/null 2>&1 || useradd --system --no-create-home "$PG_USER"
   mkdir -p "$pg"
   chown "$PG_USER" "$pg"
   echo "== postgres: initdb in $pg (as $PG_USER)"
   runuser -u "$PG_USER" -- "$PG_BIN/initdb" -D "$pg/data" -U bench --auth=trust >"$pg/initdb.log"
   runuser -u "$PG_USER" -- "$PG_BIN/pg_ctl" -D "$pg/data" -l "$pg/server.log" -w \
-    -o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='$PWD/$pg' \
+    -o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='$pg' \
         -c max_connections=300 -c fsync=on -c synchronous_commit=on -c shared_buffers=256MB" \
     start >/dev/null
   local psql=(psql -h 127.0.0.1 -p "$PG_PORT" -U bench -d postgres -q -v ON_ERROR_STOP=1)
