@@ -124,11 +124,17 @@ impl Shared {
 
     /// Sends batches while calls are queued; one of at most [`FLIGHTS_MAX`] such tasks.
     async fn fly(self: Arc<Self>) {
+        let mut landing = Landing {
+            shared: &self,
+            landed: false,
+        };
         loop {
             let batch = {
                 let mut queue = self.locked();
                 if queue.waiting.is_empty() {
+                    // Under the lock: a call queued after this finds one flight fewer.
                     queue.flights -= 1;
+                    landing.landed = true;
                     return;
                 }
                 take_batch(&mut queue.waiting)
@@ -247,6 +253,21 @@ impl Shared {
     }
 }
 
+/// Gives a flight back when its task ends without having done so itself (it panicked,
+/// or the runtime dropped it), so that later calls can still start flights.
+struct Landing<'a> {
+    shared: &'a Shared,
+    landed: bool,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        if !self.landed {
+            self.shared.locked().flights -= 1;
+        }
+    }
+}
+
 /// The calls at the front of `waiting` that fit one batch (at least one).
 fn take_batch(waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     let mut batch = Vec::new();
@@ -301,6 +322,35 @@ mod tests {
         assert_eq!(sizes(&mut queue), vec![2]);
         assert_eq!(sizes(&mut queue), vec![BYTES_MAX - 1]);
         assert_eq!(sizes(&mut queue), vec![5, 6]);
+    }
+
+    #[tokio::test]
+    async fn a_flight_dropped_on_its_way_gives_its_place_back() {
+        // A node that takes connections and never answers: the batch stays on its way.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let transport = Transport::new(vec![addr], "key", Default::default()).unwrap();
+        let shared = Batcher::new(transport).shared;
+        let (answer, answered) = oneshot::channel();
+        {
+            let mut queue = shared.locked();
+            queue.waiting.push_back(Waiting {
+                item: Item::Report(pb::ReportRequest::default()),
+                bytes: 0,
+                answer,
+            });
+            queue.flights = 1;
+        }
+        let flight = tokio::spawn(shared.clone().fly());
+        while !shared.locked().waiting.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Dropped on its way, as a panic or a runtime shutting down would end it.
+        flight.abort();
+        assert!(flight.await.unwrap_err().is_cancelled());
+        assert_eq!(shared.locked().flights, 0);
+        assert!(answered.await.is_err(), "the call learns its batch is gone");
+        drop(silent);
     }
 
     #[test]
