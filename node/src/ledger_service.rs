@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use ledger_core::{Caller, Outcome};
-use ledger_proto::convert::{IntoCommand, OutcomeError};
+use ledger_proto::convert::{IntoCommand, OutcomeError, WireError};
 use ledger_proto::{outcome_to_response, pb, refusal_to_status, WatchFilter};
 
 use crate::auth::Authenticator;
@@ -106,9 +106,7 @@ impl LedgerService {
         let answer = match item.command {
             Some(Item::Claim(message)) => self.serve(caller, message).await.map(Answer::Claim),
             Some(Item::Report(message)) => self.serve(caller, message).await.map(Answer::Report),
-            None => Err(Status::invalid_argument(
-                "malformed request: a batch item without a command",
-            )),
+            None => Err(WireError::Missing("batch item command".into()).into()),
         };
         pb::BatchResult {
             result: Some(answer.unwrap_or_else(|status| {
