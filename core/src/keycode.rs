@@ -24,17 +24,19 @@ pub fn put_u64(out: &mut Vec<u8>, value: u64) {
 
 /// Appends `s` escaped and terminated.
 pub fn put_str(out: &mut Vec<u8>, s: &str) {
-    for &b in s.as_bytes() {
-        out.push(b);
-        if b == 0 {
-            out.push(0xFF);
+    out.reserve(s.len() + 1);
+    for (i, run) in s.as_bytes().split(|&b| b == 0).enumerate() {
+        if i > 0 {
+            out.extend_from_slice(&[0, 0xFF]);
         }
+        out.extend_from_slice(run);
     }
     out.push(0);
 }
 
 /// Appends an effect key.
 pub fn put_key(out: &mut Vec<u8>, key: &EffectKey) {
+    out.reserve(key.tenant.len() + key.namespace.len() + key.key.len() + 3);
     put_str(out, &key.tenant);
     put_str(out, &key.namespace);
     put_str(out, &key.key);

@@ -467,9 +467,40 @@ fn check_record(rec: &EffectRecord) {
     }
 }
 
-/// SHA-256 of the command body's canonical encoding.
+/// SHA-256 of the command body's canonical encoding, hashed as it is encoded.
 fn fingerprint(body: &CommandBody) -> [u8; 32] {
-    let bytes = bincode::serde::encode_to_vec(body, bincode::config::standard())
-        .expect("encoding a command into memory cannot fail");
-    Sha256::digest(&bytes).into()
+    struct Hashing(Sha256);
+    impl bincode::enc::write::Writer for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+            self.0.update(bytes);
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(Sha256::new());
+    bincode::serde::encode_into_writer(body, &mut hashing, bincode::config::standard())
+        .expect("hashing a command's encoding cannot fail");
+    hashing.0.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored fingerprints were taken over the whole encoded body; hashing while encoding
+    /// must give the same digest, or remembered commands would read as reused ids.
+    #[test]
+    fn fingerprint_is_the_digest_of_the_whole_encoding() {
+        let body = CommandBody::PutTenant {
+            tenant: "acme".into(),
+            settings: TenantSettings::default(),
+        };
+        let whole = bincode::serde::encode_to_vec(&body, bincode::config::standard()).unwrap();
+        let digest: [u8; 32] = Sha256::digest(&whole).into();
+        assert_eq!(fingerprint(&body), digest);
+        let other = CommandBody::PutTenant {
+            tenant: "acme2".into(),
+            settings: TenantSettings::default(),
+        };
+        assert_ne!(fingerprint(&other), digest);
+    }
 }

@@ -1,10 +1,11 @@
 //! The public `Ledger` gRPC service: authenticate, turn the request into a core command,
 //! apply it through Raft wherever the leader is, and answer with the outcome.
 //!
-//! Every call is logged in a span carrying the effect key and command id, so one effect's
-//! story can be followed across nodes. Malformed requests are INVALID_ARGUMENT before
-//! anything is proposed; refusals come back from the state machine as values and are
-//! mapped to statuses in `ledger_proto::status`.
+//! Every call runs in a debug-level span carrying the effect key and command id, and a
+//! refusal is logged at info with the same fields, so one effect's story can be followed
+//! across nodes. Malformed requests are INVALID_ARGUMENT before anything is proposed;
+//! refusals come back from the state machine as values and are mapped to statuses in
+//! `ledger_proto::status`.
 //!
 //! `Batch` carries several claims and reports in one call, for clients that coalesce
 //! their concurrent calls: each item is served exactly as its own call (admitted, applied,
@@ -65,18 +66,20 @@ impl LedgerService {
         Resp: TryFrom<Outcome, Error = OutcomeError>,
     {
         let command = message.into_command(caller)?;
-        let effect = command
-            .body
-            .effect_key()
-            .map(ToString::to_string)
-            .unwrap_or_default();
-        let span = tracing::info_span!(
+        // The span is for following a call at debug level; creating it at info would
+        // format its fields on every call only for the rare event that needs them, so
+        // a refusal, the one event of a call at info, carries them itself.
+        let span = tracing::debug_span!(
             "ledger",
             command = command.body.name(),
-            %effect,
+            effect = command.body.effect_key().map(tracing::field::display),
             command_id = %command.command_id,
         );
         let name = command.body.name();
+        let refusal_context = (
+            command.body.effect_key().cloned(),
+            command.command_id.clone(),
+        );
         async {
             let started = Stopwatch::start();
             let result = self.node.submit(command).await;
@@ -89,7 +92,14 @@ impl LedgerService {
             let outcome = result?;
             crate::metrics::count_outcome(name, &outcome);
             if let Outcome::Refused(refusal) = &outcome {
-                tracing::info!(%refusal, "refused");
+                let (effect, command_id) = &refusal_context;
+                tracing::info!(
+                    command = name,
+                    effect = effect.as_ref().map(tracing::field::display),
+                    %command_id,
+                    %refusal,
+                    "refused"
+                );
             } else {
                 tracing::debug!(?outcome, "applied");
             }
