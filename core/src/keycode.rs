@@ -55,7 +55,7 @@ pub fn put_caller(out: &mut Vec<u8>, caller: &Caller) {
 
 /// An effect key alone.
 pub fn key(key: &EffectKey) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.tenant.len() + key.namespace.len() + key.key.len() + 3);
+    let mut out = Vec::new();
     put_key(&mut out, key);
     out
 }
