@@ -89,13 +89,48 @@ fn verified(bytes: &[u8]) -> Result<&[u8], Damage> {
 
 /// CRC-32C (Castagnoli, reflected polynomial `0x82F63B78`), the checksum of iSCSI, ext4
 /// and RocksDB: it catches every burst up to 32 bits, so every single bit flip.
-/// Table-driven; the table is built at compile time.
+/// Every value read or written is checked, so this is on the apply path of every command:
+/// the CPU's CRC32 instruction does it where there is one (SSE 4.2, checked at run time,
+/// once), eight bytes a step; elsewhere a table does it a byte a step.
 fn crc32c(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE 4.2, as just checked.
+        return !unsafe { crc32c_sse42(!0, bytes) };
+    }
+    !crc32c_bytewise(!0, bytes)
+}
+
+/// The CRC-32C register after `bytes`, from `crc`, a byte a step; built at compile time.
+fn crc32c_bytewise(mut crc: u32, bytes: &[u8]) -> u32 {
     for &byte in bytes {
         crc = CRC32C_TABLE[((crc ^ u32::from(byte)) & 0xFF) as usize] ^ (crc >> 8);
     }
-    !crc
+    crc
+}
+
+/// The CRC-32C register after `bytes`, from `crc`, by the SSE 4.2 CRC32 instruction (the
+/// same polynomial and bit order as the table).
+///
+/// # Safety
+///
+/// The CPU must have SSE 4.2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_sse42(crc: u32, bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    let mut words = bytes.chunks_exact(8);
+    let mut wide = u64::from(crc);
+    for word in &mut words {
+        let word: [u8; 8] = word.try_into().expect("chunks of eight bytes");
+        wide = _mm_crc32_u64(wide, u64::from_le_bytes(word));
+    }
+    // The instruction leaves the 32-bit register in the low half.
+    let mut crc = wide as u32;
+    for &byte in words.remainder() {
+        crc = _mm_crc32_u8(crc, byte);
+    }
+    crc
 }
 
 const CRC32C_TABLE: [u32; 256] = crc32c_table();
@@ -129,6 +164,31 @@ mod tests {
         // The check value of CRC-32C over the nine ASCII digits (RFC 3720, appendix B.4).
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(b""), 0);
+    }
+
+    #[test]
+    fn the_crc32_instruction_and_the_table_agree() {
+        let bytes: Vec<u8> = (0u32..300)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        // Every length, and starts off an eight-byte boundary, so both the wide steps and
+        // the byte steps of the tail are compared.
+        for start in 0..9 {
+            for end in start..bytes.len() {
+                let part = &bytes[start..end];
+                let table = !crc32c_bytewise(!0, part);
+                assert_eq!(crc32c(part), table, "bytes {start}..{end}");
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("sse4.2") {
+                    // SAFETY: the CPU has SSE 4.2, as just checked.
+                    assert_eq!(
+                        !unsafe { crc32c_sse42(!0, part) },
+                        table,
+                        "bytes {start}..{end}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
