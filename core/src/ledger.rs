@@ -104,6 +104,33 @@ impl<S: Store> Ledger<S> {
         self.store
     }
 
+    /// Tells the store which keys applying `commands` will look up first ([`Store::prefetch`]):
+    /// each recorded command's id; an effect command's record; a claim's or declaration's
+    /// tombstone, and the record and tombstone of the key's one-slot shape (`key#0`),
+    /// which must not exist beside it. A hint, never a read the ledger relies on.
+    pub fn prefetch(&self, commands: &[Command]) {
+        let mut keys = Vec::new();
+        for command in commands {
+            if command.body.is_recorded() {
+                keys.push((
+                    Table::Commands,
+                    command_key(&command.caller, &command.command_id),
+                ));
+            }
+            let Some(key) = command.body.effect_key() else {
+                continue;
+            };
+            keys.push((Table::Records, keycode::key(key)));
+            if let CommandBody::Claim { .. } | CommandBody::Declare { .. } = &command.body {
+                let twin = keycode::key(&key.slot_key(0));
+                keys.push((Table::Tombstones, keycode::key(key)));
+                keys.push((Table::Records, twin.clone()));
+                keys.push((Table::Tombstones, twin));
+            }
+        }
+        self.store.prefetch(&mut keys);
+    }
+
     /// Applies one command at ledger time `now_ms`, with no more known of real time than
     /// that ([`Stamp::at`]), and returns its outcome.
     pub fn apply(&mut self, command: &Command, now_ms: u64) -> Outcome {

@@ -191,6 +191,16 @@ pub trait Disk: Send + Sync + 'static {
     /// The value under `key`.
     fn get(&self, space: Keyspace, key: &[u8]) -> Result<Option<Vec<u8>>, DiskError>;
 
+    /// The values under `keys` (in ascending order), in their order: what [`Disk::get`]
+    /// of each would answer, for an engine that looks keys up faster together.
+    fn get_many(
+        &self,
+        space: Keyspace,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, DiskError> {
+        keys.iter().map(|key| self.get(space, key)).collect()
+    }
+
     /// At most `limit` pairs with keys in `[from, to)` (to the end when `to` is `None`),
     /// in ascending key order.
     fn range(

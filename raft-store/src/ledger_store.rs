@@ -426,6 +426,49 @@ impl Store for DiskStore {
     fn corrupt(&self, table: Table, key: &[u8], what: &str) {
         self.fault.corrupt(table, key, what);
     }
+
+    /// Reads the keys neither pending nor remembered in one [`Disk::get_many`] and
+    /// remembers them for the entry, as [`Store::get`] would one by one. Only while an
+    /// entry is applied, when reads are remembered; a failed read latches the fault.
+    fn prefetch(&self, keys: &mut Vec<(Table, Vec<u8>)>) {
+        if !self.applying {
+            return;
+        }
+        let mut reads = locked(&self.reads);
+        keys.retain(|(table, key)| {
+            !cached(*table)
+                && lookup(&self.pending, *table, key).is_none()
+                && lookup(&reads, *table, key).is_none()
+        });
+        let mut at: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|(table, key)| disk_key(self.generation, *table, key))
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        let values = match self.disk.get_many(Keyspace::State, &at) {
+            Ok(values) => values,
+            Err(e) => {
+                return self
+                    .fault
+                    .set(format!("reading {} keys together: {e}", at.len()))
+            }
+        };
+        for (stored, value) in at.into_iter().zip(values) {
+            let Some(table) = Table::from_id(stored[1]) else {
+                continue;
+            };
+            let value = match value.map(|v| opened(&v)).transpose() {
+                Ok(value) => value,
+                Err(e) => {
+                    self.fault
+                        .set(format!("reading {table:?} {:?}: {e}", &stored[2..]));
+                    return;
+                }
+            };
+            note(&mut reads, table, stored[2..].to_vec(), value);
+        }
+    }
 }
 
 /// One generation's tables in a point-in-time [`DiskView`], for reading the whole state
@@ -571,6 +614,56 @@ mod tests {
         assert_eq!(store.get(Table::Records, b"later"), Some(vec![4]));
         assert!(locked(&store.reads).is_empty());
         assert!(store.fault().is_none());
+    }
+
+    /// Keys prefetched while an entry is applied are read from the disk then, together,
+    /// and answered from memory after; a pending write still wins, an absent key stays
+    /// absent, a damaged value latches the fault, and between entries a prefetch reads
+    /// and remembers nothing.
+    #[test]
+    fn prefetched_keys_are_read_together_once_and_answer_as_reads_do() {
+        let disk: DiskRef = Arc::new(SimDisk::new());
+        let mut store = DiskStore::new(disk.clone(), 0);
+        store.put(Table::Records, b"kept".to_vec(), vec![1]);
+        store.put(Table::Tombstones, b"written".to_vec(), vec![2]);
+        let mut batch = WriteBatch::new();
+        store.take_writes(&mut batch);
+        disk.write(batch).unwrap();
+        let overwrite = |key: &[u8], table: Table, value: Vec<u8>| {
+            let mut behind = WriteBatch::new();
+            behind.put(Keyspace::State, disk_key(0, table, key), value);
+            disk.write(behind).unwrap();
+        };
+
+        let mut keys = vec![(Table::Records, b"kept".to_vec())];
+        store.prefetch(&mut keys);
+        assert!(
+            locked(&store.reads).is_empty(),
+            "not while no entry is applied"
+        );
+
+        store.begin_entry();
+        store.put(Table::Tombstones, b"written".to_vec(), vec![3]);
+        let mut keys = vec![
+            (Table::Tombstones, b"written".to_vec()),
+            (Table::Records, b"absent".to_vec()),
+            (Table::Records, b"kept".to_vec()),
+            (Table::Records, b"kept".to_vec()),
+        ];
+        store.prefetch(&mut keys);
+        // Read then: later changes to the disk are not seen by this entry.
+        overwrite(b"kept", Table::Records, seal(vec![7]));
+        overwrite(b"absent", Table::Records, seal(vec![8]));
+        assert_eq!(store.get(Table::Records, b"kept"), Some(vec![1]));
+        assert_eq!(store.get(Table::Records, b"absent"), None);
+        assert_eq!(store.get(Table::Tombstones, b"written"), Some(vec![3]));
+        assert!(store.fault().is_none());
+        store.discard();
+
+        store.begin_entry();
+        overwrite(b"torn", Table::Records, vec![1, 2]);
+        store.prefetch(&mut vec![(Table::Records, b"torn".to_vec())]);
+        assert!(store.fault().is_some(), "a damaged value is never served");
     }
 
     /// A disk that notes where each range read starts.

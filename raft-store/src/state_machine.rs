@@ -75,11 +75,14 @@ impl Applied {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match entry.payload {
                 EntryPayload::Blank => LedgerResponse::default(),
                 EntryPayload::Normal(request) => LedgerResponse {
-                    outcomes: request
-                        .commands
-                        .iter()
-                        .map(|command| ledger.apply_stamped(command, request.stamp))
-                        .collect(),
+                    outcomes: {
+                        ledger.prefetch(&request.commands);
+                        request
+                            .commands
+                            .iter()
+                            .map(|command| ledger.apply_stamped(command, request.stamp))
+                            .collect()
+                    },
                 },
                 EntryPayload::Membership(m) => {
                     membership = Some(StoredMembership::new(Some(log_id), m));

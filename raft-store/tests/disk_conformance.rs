@@ -18,6 +18,11 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn get_many_answers_as_get_does() {
+                conformance::get_many_answers_as_get_does(&mut $harness);
+            }
+
+            #[test]
             fn keyspaces_are_separate() {
                 conformance::keyspaces_are_separate(&mut $harness);
             }

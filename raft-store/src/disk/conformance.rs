@@ -21,6 +21,7 @@ pub trait DiskHarness {
 /// Runs every check.
 pub fn run_all(harness: &mut dyn DiskHarness) {
     put_get_delete(harness);
+    get_many_answers_as_get_does(harness);
     keyspaces_are_separate(harness);
     range_respects_bounds_and_limit(harness);
     delete_range_removes_half_open_interval(harness);
@@ -35,6 +36,7 @@ pub fn run_all(harness: &mut dyn DiskHarness) {
 /// but the whole-batch guarantee of [`synced_writes_survive_restart`]).
 pub fn run_all_torn(harness: &mut dyn DiskHarness) {
     put_get_delete(harness);
+    get_many_answers_as_get_does(harness);
     keyspaces_are_separate(harness);
     range_respects_bounds_and_limit(harness);
     delete_range_removes_half_open_interval(harness);
@@ -56,6 +58,39 @@ fn get(disk: &dyn Disk, space: Keyspace, key: &[u8]) -> Option<Vec<u8>> {
 
 fn keys(pairs: Vec<KeyValue>) -> Vec<Vec<u8>> {
     pairs.into_iter().map(|(key, _)| key).collect()
+}
+
+/// `get_many` answers every key, present, deleted or never written, in the keyspace
+/// asked, in the order asked, as `get` does one by one.
+pub fn get_many_answers_as_get_does(harness: &mut dyn DiskHarness) {
+    let disk = harness.fresh();
+    write(&*disk, |b| {
+        b.put(Keyspace::State, *b"a", *b"1")
+            .put(Keyspace::State, *b"c", *b"3")
+            .put(Keyspace::State, *b"d", *b"4")
+            .put(Keyspace::Meta, *b"b", *b"other keyspace");
+    });
+    write(&*disk, |b| {
+        b.delete(Keyspace::State, *b"d");
+    });
+    let keys: Vec<Vec<u8>> = [&b"a"[..], b"b", b"c", b"d", b"e"]
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+    let together = disk.get_many(Keyspace::State, &keys).expect("get_many");
+    let one_by_one: Vec<_> = keys
+        .iter()
+        .map(|k| get(&*disk, Keyspace::State, k))
+        .collect();
+    assert_eq!(together, one_by_one);
+    assert_eq!(
+        together,
+        vec![Some(b"1".to_vec()), None, Some(b"3".to_vec()), None, None]
+    );
+    assert_eq!(
+        disk.get_many(Keyspace::State, &[]).expect("no keys"),
+        Vec::new()
+    );
 }
 
 /// A put is readable at once, a later put replaces it, a delete removes it; empty

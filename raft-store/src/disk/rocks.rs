@@ -219,6 +219,18 @@ impl Disk for RocksDisk {
         self.db.get_cf(self.family(space)?, key).map_err(engine)
     }
 
+    fn get_many(
+        &self,
+        space: Keyspace,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, DiskError> {
+        self.db
+            .batched_multi_get_cf(self.family(space)?, keys, true)
+            .into_iter()
+            .map(|value| value.map(|v| v.map(|v| v.to_vec())).map_err(engine))
+            .collect()
+    }
+
     fn range(
         &self,
         space: Keyspace,
