@@ -128,7 +128,7 @@ impl<S: Store> Ledger<S> {
                 keys.push((Table::Tombstones, twin));
             }
         }
-        self.store.prefetch(&mut keys);
+        self.store.prefetch(keys);
     }
 
     /// Applies one command at ledger time `now_ms`, with no more known of real time than

@@ -149,7 +149,7 @@ pub trait Store {
     /// Told which keys the next commands will look up first, a store that reads keys
     /// faster together than one by one may read them now. A hint: it changes no answer,
     /// and a key left out is read when it is asked for.
-    fn prefetch(&self, _keys: &mut Vec<(Table, Vec<u8>)>) {}
+    fn prefetch(&self, _keys: Vec<(Table, Vec<u8>)>) {}
 }
 
 /// The state in memory: one ordered map per table.

@@ -277,6 +277,20 @@ impl DiskStore {
             .is_some_and(|known| matches!(lookup(&locked(known), table, key), Some(None)))
     }
 
+    /// What the disk answered for `key` of `table`, its checksum checked and removed.
+    /// An engine error or a damaged value latches the fault and is `Err`, which readers
+    /// take as "absent".
+    fn checked(
+        &self,
+        table: Table,
+        key: &[u8],
+        read: Result<Option<Vec<u8>>, DiskError>,
+    ) -> Result<Option<Vec<u8>>, ()> {
+        read.map_err(|e| e.to_string())
+            .and_then(|value| value.map(|v| opened(&v)).transpose())
+            .map_err(|e| self.fault.set(format!("reading {table:?} {key:?}: {e}")))
+    }
+
     /// The damage found so far, if any.
     pub(crate) fn fault(&self) -> Option<StoreError> {
         self.fault.fault()
@@ -328,21 +342,12 @@ impl Store for DiskStore {
         }
         let read = self
             .disk
-            .get(Keyspace::State, &disk_key(self.generation, table, key))
-            .map_err(|e| e.to_string())
-            .and_then(|value| value.map(|v| opened(&v)).transpose());
-        match read {
-            Ok(value) => {
-                if let Some(known) = known {
-                    note(&mut locked(known), table, key.to_vec(), value.clone());
-                }
-                value
-            }
-            Err(e) => {
-                self.fault.set(format!("reading {table:?} {key:?}: {e}"));
-                None
-            }
+            .get(Keyspace::State, &disk_key(self.generation, table, key));
+        let value = self.checked(table, key, read).ok()?;
+        if let Some(known) = known {
+            note(&mut locked(known), table, key.to_vec(), value.clone());
         }
+        value
     }
 
     fn scan(&self, table: Table, from: &[u8], to: Option<&[u8]>, limit: usize) -> Vec<Pair> {
@@ -430,7 +435,7 @@ impl Store for DiskStore {
     /// Reads the keys neither pending nor remembered in one [`Disk::get_many`] and
     /// remembers them for the entry, as [`Store::get`] would one by one. Only while an
     /// entry is applied, when reads are remembered; a failed read latches the fault.
-    fn prefetch(&self, keys: &mut Vec<(Table, Vec<u8>)>) {
+    fn prefetch(&self, mut keys: Vec<(Table, Vec<u8>)>) {
         if !self.applying {
             return;
         }
@@ -440,12 +445,13 @@ impl Store for DiskStore {
                 && lookup(&self.pending, *table, key).is_none()
                 && lookup(&reads, *table, key).is_none()
         });
-        let mut at: Vec<Vec<u8>> = keys
+        // In the order of their keys on the disk, as `get_many` takes them.
+        keys.sort_unstable_by(|(t1, k1), (t2, k2)| (t1.id(), k1).cmp(&(t2.id(), k2)));
+        keys.dedup();
+        let at: Vec<Vec<u8>> = keys
             .iter()
             .map(|(table, key)| disk_key(self.generation, *table, key))
             .collect();
-        at.sort_unstable();
-        at.dedup();
         let values = match self.disk.get_many(Keyspace::State, &at) {
             Ok(values) => values,
             Err(e) => {
@@ -454,19 +460,11 @@ impl Store for DiskStore {
                     .set(format!("reading {} keys together: {e}", at.len()))
             }
         };
-        for (stored, value) in at.into_iter().zip(values) {
-            let Some(table) = Table::from_id(stored[1]) else {
-                continue;
+        for ((table, key), value) in keys.into_iter().zip(values) {
+            let Ok(value) = self.checked(table, &key, Ok(value)) else {
+                return;
             };
-            let value = match value.map(|v| opened(&v)).transpose() {
-                Ok(value) => value,
-                Err(e) => {
-                    self.fault
-                        .set(format!("reading {table:?} {:?}: {e}", &stored[2..]));
-                    return;
-                }
-            };
-            note(&mut reads, table, stored[2..].to_vec(), value);
+            note(&mut reads, table, key, value);
         }
     }
 }
@@ -635,8 +633,7 @@ mod tests {
             disk.write(behind).unwrap();
         };
 
-        let mut keys = vec![(Table::Records, b"kept".to_vec())];
-        store.prefetch(&mut keys);
+        store.prefetch(vec![(Table::Records, b"kept".to_vec())]);
         assert!(
             locked(&store.reads).is_empty(),
             "not while no entry is applied"
@@ -644,13 +641,12 @@ mod tests {
 
         store.begin_entry();
         store.put(Table::Tombstones, b"written".to_vec(), vec![3]);
-        let mut keys = vec![
+        store.prefetch(vec![
             (Table::Tombstones, b"written".to_vec()),
             (Table::Records, b"absent".to_vec()),
             (Table::Records, b"kept".to_vec()),
             (Table::Records, b"kept".to_vec()),
-        ];
-        store.prefetch(&mut keys);
+        ]);
         // Read then: later changes to the disk are not seen by this entry.
         overwrite(b"kept", Table::Records, seal(vec![7]));
         overwrite(b"absent", Table::Records, seal(vec![8]));
@@ -662,7 +658,7 @@ mod tests {
 
         store.begin_entry();
         overwrite(b"torn", Table::Records, vec![1, 2]);
-        store.prefetch(&mut vec![(Table::Records, b"torn".to_vec())]);
+        store.prefetch(vec![(Table::Records, b"torn".to_vec())]);
         assert!(store.fault().is_some(), "a damaged value is never served");
     }
 

@@ -74,16 +74,16 @@ impl Applied {
         let applied =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match entry.payload {
                 EntryPayload::Blank => LedgerResponse::default(),
-                EntryPayload::Normal(request) => LedgerResponse {
-                    outcomes: {
-                        ledger.prefetch(&request.commands);
-                        request
+                EntryPayload::Normal(request) => {
+                    ledger.prefetch(&request.commands);
+                    LedgerResponse {
+                        outcomes: request
                             .commands
                             .iter()
                             .map(|command| ledger.apply_stamped(command, request.stamp))
-                            .collect()
-                    },
-                },
+                            .collect(),
+                    }
+                }
                 EntryPayload::Membership(m) => {
                     membership = Some(StoredMembership::new(Some(log_id), m));
                     LedgerResponse::default()
