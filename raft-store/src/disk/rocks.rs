@@ -21,6 +21,14 @@ use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, WriteBatch, WriteOp};
 /// single-threaded mode (no lock around the family map) is enough.
 type Db = DBWithThreadMode<SingleThreaded>;
 
+/// Every key of [`Keyspace::State`] starts with its generation and table bytes
+/// (`ledger_store::disk_key`). With this, the memtable keeps the position of the last
+/// insert into each table and starts the next insert into that table from there, so an
+/// apply's writes (sorted by table and key) and the time-ordered indexes (leases,
+/// retention, expiries) are inserted without searching the memtable's skip list from its
+/// top each time. RocksDB's C API has no setter for it; its options parser does.
+const STATE_INSERT_HINTS: &str = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.2";
+
 /// A [`Disk`] on RocksDB.
 pub struct RocksDisk {
     db: Arc<Db>,
@@ -72,7 +80,8 @@ impl RocksDisk {
         db_options.set_db_write_buffer_size(budget.write_buffer_bytes);
         db_options.set_max_background_jobs(2);
         let cache = Cache::new_lru_cache(budget.block_cache_bytes);
-        let families = Keyspace::ALL.map(|space| {
+        let mut families = Vec::new();
+        for space in Keyspace::ALL {
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
             // Index and filter blocks count against the cache too, so memory stays
@@ -90,7 +99,13 @@ impl RocksDisk {
             table.set_partition_filters(true);
             table.set_metadata_block_size(4096);
             table.set_pin_top_level_index_and_filter(true);
-            let mut options = Options::default();
+            let mut options = if space == Keyspace::State {
+                Options::default()
+                    .get_options_from_string(STATE_INSERT_HINTS)
+                    .map_err(engine)?
+            } else {
+                Options::default()
+            };
             if space == Keyspace::State {
                 // Most of the ledger's lookups are of keys that do not exist (a new
                 // effect's record, tombstone and command id): a bloom filter over the
@@ -100,8 +115,8 @@ impl RocksDisk {
             }
             options.set_compression_type(DBCompressionType::Lz4);
             options.set_block_based_table_factory(&table);
-            ColumnFamilyDescriptor::new(space.name(), options)
-        });
+            families.push(ColumnFamilyDescriptor::new(space.name(), options));
+        }
         let db = Db::open_cf_descriptors(&db_options, path, families).map_err(engine)?;
         Ok(RocksDisk { db: Arc::new(db) })
     }
