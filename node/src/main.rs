@@ -16,6 +16,12 @@ use ledger_node::security::Security;
 use ledger_node::RunError;
 use ledger_raft_store::{DiskRef, RocksDisk, SimDisk, StoreError};
 
+/// The node's Rust allocations: mimalloc spends less CPU than glibc's malloc on the
+/// apply and call paths; built without transparent huge pages, whose arenas grew a node's
+/// RSS past its budget at millions of retained records (README, "mimalloc").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A replicated effect-ledger node: serves the ledger's gRPC API, the cluster's Raft
 /// transport and the standard health service on its listen address, and Prometheus
 /// metrics on `metrics_listen_addr` when configured.
