@@ -120,13 +120,14 @@ impl<S: Store> Ledger<S> {
             let Some(key) = command.body.effect_key() else {
                 continue;
             };
-            keys.push((Table::Records, keycode::key(key)));
+            let stored = keycode::key(key);
             if let CommandBody::Claim { .. } | CommandBody::Declare { .. } = &command.body {
                 let twin = keycode::key(&key.slot_key(0));
-                keys.push((Table::Tombstones, keycode::key(key)));
+                keys.push((Table::Tombstones, stored.clone()));
                 keys.push((Table::Records, twin.clone()));
                 keys.push((Table::Tombstones, twin));
             }
+            keys.push((Table::Records, stored));
         }
         self.store.prefetch(keys);
     }

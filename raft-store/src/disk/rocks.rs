@@ -99,14 +99,11 @@ impl RocksDisk {
             table.set_partition_filters(true);
             table.set_metadata_block_size(4096);
             table.set_pin_top_level_index_and_filter(true);
-            let mut options = if space == Keyspace::State {
-                Options::default()
-                    .get_options_from_string(STATE_INSERT_HINTS)
-                    .map_err(engine)?
-            } else {
-                Options::default()
-            };
+            let mut options = Options::default();
             if space == Keyspace::State {
+                options = options
+                    .get_options_from_string(STATE_INSERT_HINTS)
+                    .map_err(engine)?;
                 // Most of the ledger's lookups are of keys that do not exist (a new
                 // effect's record, tombstone and command id): a bloom filter over the
                 // memtable answers those without searching it.
