@@ -12,9 +12,12 @@
 //! (design §7). It proves absence only once no earlier
 //! dispatch can still land: after the latest dispatch's lease end plus the provider's
 //! declared processing bound plus its search-visibility lag (`processing_ms_max` and
-//! `visibility_lag_ms` in the tool's policy). Until then the runner waits, within the
-//! call's budget (`absence_wait_ms_max`), and looks again; past the budget the outcome
-//! stays unknown. A provider without a declared processing bound never proves absence by a
+//! `visibility_lag_ms` in the tool's policy). The ledger cannot see when a look-up was
+//! made, only that it followed the grant of the reconciliation attempt it is reported
+//! under, so it judges a "not found" by that grant, however late the report arrives. A
+//! look-up too early is recorded and proves nothing; the runner waits, within the call's
+//! budget (`absence_wait_ms_max`), and looks again under a new attempt; past the budget
+//! the outcome stays unknown. A provider without a declared processing bound never proves absence by a
 //! look-up: only finding the effect settles it, and otherwise the ledger escalates.
 
 use std::future::Future;
@@ -62,10 +65,10 @@ pub struct ReconcileOptions {
     pub rounds_max: u32,
     /// Pause between two ambiguous observations.
     pub round_interval_ms: u64,
-    /// Lease asked for each reconciliation attempt, on top of `absence_wait_ms_max`.
+    /// Lease asked for each reconciliation attempt: one look-up and its report.
     pub lease_ms: u64,
-    /// Longest this call waits, holding its reconciliation attempt, for a "not found" to
-    /// become proof (design §7); a longer wait leaves the outcome unknown for now.
+    /// Longest this call waits for a "not found" to become proof (design §7) before it
+    /// looks again under a new attempt; a longer wait leaves the outcome unknown for now.
     pub absence_wait_ms_max: u64,
 }
 

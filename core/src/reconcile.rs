@@ -84,11 +84,14 @@ impl<S: Store> Ledger<S> {
     ///
     /// - `Committed` is a fact: the effect commits (from any reconciliation attempt).
     /// - `StillUnknown` counts against the observation budget.
-    /// - `NotCommitted` proves absence only when nothing can still land (DESIGN.md
-    ///   section 7): with `t` = [`EffectRecord::absence_provable_at_ms`],
-    ///   - `Some(t)` and `now >= t`: the effect moves to `failed_before_effect`;
-    ///   - `Some(t)` and `now < t`: an earlier dispatch may still land, so the look-up
-    ///     proves nothing yet. It is recorded (detail annotated with `t`), the attempt is
+    /// - `NotCommitted` proves absence only when nothing could still land when the look-up
+    ///   was made (DESIGN.md section 7). The ledger cannot see when that was, only that it
+    ///   followed the grant of the attempt holding `token`
+    ///   ([`EffectRecord::looked_after_ms`], `g`), so it judges by `g`, not by when the
+    ///   report arrives; with `t` = [`EffectRecord::absence_provable_at_ms`],
+    ///   - `Some(t)` and `g >= t`: the effect moves to `failed_before_effect`;
+    ///   - `Some(t)` and `g < t`: an earlier dispatch may have landed after the look-up, so
+    ///     the look-up proves nothing. It is recorded (detail annotated with `t`), the attempt is
     ///     closed as observed, the effect stays `unknown_after_dispatch`, and the
     ///     observation is not counted against the budget: waiting until `t` and looking
     ///     again is the way on, not escalation (beyond
@@ -138,7 +141,10 @@ impl<S: Store> Ledger<S> {
         }
         self.update(stored, |rec, _| {
             let absence = match result {
-                ObservationResult::NotCommitted => Some(absence(rec, now)),
+                ObservationResult::NotCommitted => {
+                    let looked_after = rec.looked_after_ms(token).unwrap_or(now);
+                    Some(absence(rec, looked_after))
+                }
                 _ => None,
             };
             let detail = match absence {
@@ -260,9 +266,10 @@ enum Absence {
     Unprovable,
 }
 
-fn absence(rec: &EffectRecord, now: u64) -> Absence {
+/// What a look-up made after ledger time `looked_after_ms` proves.
+fn absence(rec: &EffectRecord, looked_after_ms: u64) -> Absence {
     match rec.absence_provable_at_ms() {
-        Some(t) if now >= t => Absence::Proven,
+        Some(t) if looked_after_ms >= t => Absence::Proven,
         Some(provable_at_ms) if rec.early_not_found_observations() < EARLY_NOT_FOUND_MAX => {
             Absence::NotYet { provable_at_ms }
         }

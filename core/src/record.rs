@@ -334,17 +334,31 @@ impl EffectRecord {
         self.absence_provable_before(u64::MAX)
     }
 
-    /// How many not-found observations were made before the absence deadline of their
-    /// time, so that they proved nothing.
+    /// How many not-found observations came from look-ups that may have been made before
+    /// the absence deadline of their time, so that they proved nothing: each is judged by
+    /// when its reconciliation attempt was granted ([`Self::looked_after_ms`]).
     pub fn early_not_found_observations(&self) -> usize {
         self.observations
             .iter()
             .filter(|o| o.result == ObservationResult::NotCommitted)
             .filter(|o| {
+                let looked_after = self.looked_after_ms(o.fencing_token).unwrap_or(o.at_ms);
                 self.absence_provable_before(o.fencing_token)
-                    .is_some_and(|t| o.at_ms < t)
+                    .is_some_and(|t| looked_after < t)
             })
             .count()
+    }
+
+    /// The latest ledger time (ms) a look-up made under the reconciliation attempt holding
+    /// `token` is known to have followed: the attempt's grant, since a reconciler looks
+    /// only once it holds the attempt. Not the time the observation reaches the ledger: a
+    /// report can arrive long after its look-up (a partition, a pause, a clock jump), and
+    /// a look-up that found nothing before an earlier dispatch could land proves nothing,
+    /// however late it is reported.
+    pub fn looked_after_ms(&self, token: u64) -> Option<u64> {
+        self.attempt_by_token(token)
+            .filter(|a| a.kind == AttemptKind::Reconcile)
+            .map(|a| a.granted_at_ms)
     }
 
     /// [`Self::absence_provable_at_ms`] counting only dispatches granted before the

@@ -90,6 +90,34 @@ fn not_found_after_lease_end_plus_bound_plus_lag_proves_absence() {
     assert_eq!(h.proceed(&d).provider_key, g.provider_key);
 }
 
+/// A look-up is made once its reconciliation attempt is granted; its report can arrive
+/// much later (a partition, a pause, a clock jump). Judged by the report's arrival, a
+/// look-up made before the dispatch could land would "prove" an absence it never saw.
+#[test]
+fn not_found_reported_late_is_judged_by_its_grant() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let g = unknown_ticket(&mut h, &d);
+    let provable_at_ms = g.granted_at_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+    // Granted (and looked up) before the dispatch could have landed ...
+    h.now = provable_at_ms - 1;
+    let r = h.reconcile_grant(&d);
+    assert!(r.lease_until_ms > provable_at_ms);
+    // ... reported after, within the attempt's lease: it still proves nothing.
+    h.now = provable_at_ms;
+    let out = h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+    assert_eq!(out, STILL_UNKNOWN);
+    let rec = h.record(&d);
+    assert_eq!(
+        rec.looked_after_ms(r.fencing_token),
+        Some(provable_at_ms - 1)
+    );
+    assert_eq!(rec.early_not_found_observations(), 1);
+    assert_eq!(rec.observations_in_budget, 0);
+    // A look-up under an attempt granted from then on proves absence.
+    assert_eq!(not_found(&mut h, &d), PROVEN_ABSENT);
+}
+
 #[test]
 fn not_found_without_declared_bound_never_proves_absence() {
     let mut h = Harness::new();

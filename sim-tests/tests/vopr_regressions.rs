@@ -52,6 +52,16 @@
 //!   within the declared bounds (lease end + processing bound + search lag) missed it and
 //!   the line was appended twice. A provider that keeps its declared bounds shows an
 //!   effect from its promised apply time plus its lag; the simulated ones now do.
+//! - `not_found_reported_late_is_judged_by_its_grant` (seed 225626270): a ticket's answer
+//!   was lost after the desk created it; reconciliation was granted 1.7 s later and
+//!   looked the ticket up before the desk's search showed it. Absence was provable only
+//!   17 s after the grant, longer than the runner would hold its attempt, so it did not
+//!   wait, but reported the "not found" anyway; a 17 s clock jump delivered the report
+//!   after that time, the ledger judged it by its arrival, settled the effect as failed
+//!   before effect, and a second ticket was created. The ledger now judges a "not found"
+//!   by the grant of the attempt it is reported under (`core/tests/absence.rs`), and the
+//!   runner, when absence becomes provable within its budget, waits and looks again under
+//!   a new attempt.
 
 //! - `torn_write_at_a_power_failure_is_cut_at_restart` and
 //!   `bit_flip_keeps_its_node_down_and_the_cluster_serving`: the storage faults the
@@ -118,6 +128,12 @@ const SEARCH_LAG: Scenario = Scenario {
     default_seeds: &[63],
 };
 
+const LATE_NOT_FOUND: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "not_found_reported_late_is_judged_by_its_grant",
+    default_seeds: &[225626270],
+};
+
 const TORN_WRITE: Scenario = Scenario {
     test_binary: "vopr_regressions",
     test_name: "torn_write_at_a_power_failure_is_cut_at_restart",
@@ -171,6 +187,11 @@ fn workload_times_its_leases_on_its_own_clock() {
 #[test]
 fn search_lag_counts_from_the_promised_apply_time() {
     seeds::run(&SEARCH_LAG, scenario);
+}
+
+#[test]
+fn not_found_reported_late_is_judged_by_its_grant() {
+    seeds::run(&LATE_NOT_FOUND, scenario);
 }
 
 #[test]

@@ -38,76 +38,95 @@ impl EffectRunner {
         Ok(answer)
     }
 
+    /// One observation that can settle the effect. A "not found" under an attempt granted
+    /// too early proves nothing (the ledger judges a look-up by its attempt's grant, see
+    /// `EffectRecord::looked_after_ms`); it is recorded, and when absence becomes provable
+    /// within this call's budget the runner waits until then and looks again under a new
+    /// attempt.
     async fn reconcile_once(
         &self,
         key: &EffectKey,
         adapter: &dyn ProviderAdapter,
         options: &ReconcileOptions,
     ) -> Result<Reconciled, ClientError> {
-        let id = ids::begin_reconcile(key, &self.next_invocation());
-        let asked_at = tokio::time::Instant::now();
-        let lease_ms = options.lease_ms.saturating_add(options.absence_wait_ms_max);
-        let outcome = self
-            .ledger()
-            .begin_reconcile(&id, key.clone(), self.holder(), Some(lease_ms))
-            .await?;
-        let grant = match outcome {
-            ReconcileOutcome::Observe(grant) => grant,
-            ReconcileOutcome::Replay { receipt } => return Ok(Reconciled::Committed { receipt }),
-            ReconcileOutcome::InFlight { .. } => return Ok(Reconciled::InFlight),
-            ReconcileOutcome::Escalated { reason } => return Ok(Reconciled::Escalated { reason }),
-            ReconcileOutcome::NotNeeded {
-                state: EffectState::FailedBeforeEffect,
-            } => return Ok(Reconciled::NotCommitted),
-            ReconcileOutcome::NotNeeded { state } => return Ok(Reconciled::NotNeeded { state }),
-            // Collected after retention: there is nothing left to reconcile here.
-            ReconcileOutcome::Expired(expired) => return Ok(Reconciled::Expired(expired)),
-        };
-        let record =
-            self.ledger().get(key.clone()).await?.ok_or_else(|| {
+        let mut may_wait = true;
+        loop {
+            let id = ids::begin_reconcile(key, &self.next_invocation());
+            let outcome = self
+                .ledger()
+                .begin_reconcile(&id, key.clone(), self.holder(), Some(options.lease_ms))
+                .await?;
+            // The grant was stamped before this instant: a wait counted from here ends no
+            // sooner than the same wait counted from the grant.
+            let granted = tokio::time::Instant::now();
+            let grant = match outcome {
+                ReconcileOutcome::Observe(grant) => grant,
+                ReconcileOutcome::Replay { receipt } => {
+                    return Ok(Reconciled::Committed { receipt })
+                }
+                ReconcileOutcome::InFlight { .. } => return Ok(Reconciled::InFlight),
+                ReconcileOutcome::Escalated { reason } => {
+                    return Ok(Reconciled::Escalated { reason })
+                }
+                ReconcileOutcome::NotNeeded {
+                    state: EffectState::FailedBeforeEffect,
+                } => return Ok(Reconciled::NotCommitted),
+                ReconcileOutcome::NotNeeded { state } => {
+                    return Ok(Reconciled::NotNeeded { state })
+                }
+                // Collected after retention: there is nothing left to reconcile here.
+                ReconcileOutcome::Expired(expired) => return Ok(Reconciled::Expired(expired)),
+            };
+            let record = self.ledger().get(key.clone()).await?.ok_or_else(|| {
                 ClientError::Malformed(format!("{key} vanished while reconciling"))
             })?;
-        let mut seen = adapter.observe(&record).await;
-        if matches!(seen, Observation::NotCommitted { .. }) {
-            let wait = absence_wait(&record, &grant, options);
-            if let Some(until) = wait.map(|w| asked_at + w) {
-                // Too early for "not found" to prove anything: look again once it can.
-                tokio::time::sleep_until(until).await;
-                seen = adapter.observe(&record).await;
+            let seen = adapter.observe(&record).await;
+            let wait = match &seen {
+                Observation::NotCommitted { .. } if may_wait => {
+                    absence_wait(&record, &grant, options)
+                }
+                _ => None,
+            };
+            let (result, detail) = match seen {
+                Observation::Committed { receipt, detail } => {
+                    (ObservationResult::Committed { receipt }, detail)
+                }
+                Observation::NotCommitted { detail } => (ObservationResult::NotCommitted, detail),
+                Observation::Unknown { detail } => (ObservationResult::StillUnknown, detail),
+            };
+            let id = ids::observe(key, grant.fencing_token);
+            let (state, escalated) = self
+                .ledger()
+                .observe(&id, key.clone(), grant.fencing_token, result, &detail)
+                .await?;
+            match state {
+                EffectState::Committed => {
+                    let receipt = self
+                        .ledger()
+                        .get(key.clone())
+                        .await?
+                        .and_then(|r| r.receipt)
+                        .ok_or_else(|| {
+                            ClientError::Malformed(format!(
+                                "{key} is committed but the ledger returned no receipt"
+                            ))
+                        })?;
+                    return Ok(Reconciled::Committed { receipt });
+                }
+                EffectState::FailedBeforeEffect => return Ok(Reconciled::NotCommitted),
+                _ if escalated => {
+                    let reason = self.escalation_reason(key).await?;
+                    return Ok(Reconciled::Escalated { reason });
+                }
+                _ => {}
             }
+            let Some(wait) = wait else {
+                return Ok(Reconciled::StillUnknown);
+            };
+            // Too early for "not found" to prove anything: look again once it can.
+            tokio::time::sleep_until(granted + wait).await;
+            may_wait = false;
         }
-        let (result, detail) = match seen {
-            Observation::Committed { receipt, detail } => {
-                (ObservationResult::Committed { receipt }, detail)
-            }
-            Observation::NotCommitted { detail } => (ObservationResult::NotCommitted, detail),
-            Observation::Unknown { detail } => (ObservationResult::StillUnknown, detail),
-        };
-        let id = ids::observe(key, grant.fencing_token);
-        let (state, escalated) = self
-            .ledger()
-            .observe(&id, key.clone(), grant.fencing_token, result, &detail)
-            .await?;
-        Ok(match state {
-            EffectState::Committed => {
-                let receipt = self
-                    .ledger()
-                    .get(key.clone())
-                    .await?
-                    .and_then(|r| r.receipt)
-                    .ok_or_else(|| {
-                        ClientError::Malformed(format!(
-                            "{key} is committed but the ledger returned no receipt"
-                        ))
-                    })?;
-                Reconciled::Committed { receipt }
-            }
-            EffectState::FailedBeforeEffect => Reconciled::NotCommitted,
-            _ if escalated => Reconciled::Escalated {
-                reason: self.escalation_reason(key).await?,
-            },
-            _ => Reconciled::StillUnknown,
-        })
     }
 
     async fn escalation_reason(&self, key: &EffectKey) -> Result<EscalationReason, ClientError> {
@@ -120,9 +139,9 @@ impl EffectRunner {
     }
 }
 
-/// How long after asking for `grant` to wait before a "not found" can prove absence:
-/// `None` when it already can, when it never can (no declared processing bound), or when
-/// the wait would not fit in this call's budget or in the attempt's certain lease.
+/// How long after `grant` to wait before a look-up under a new attempt can prove absence:
+/// `None` when a look-up under `grant` already can, when none ever can (no declared
+/// processing bound), or when the wait would not fit in this call's budget.
 fn absence_wait(
     record: &EffectRecord,
     grant: &ledger_core::Grant,
@@ -135,10 +154,7 @@ fn absence_wait(
     }
     // Ledger time may run a little faster or slower than this client's clock.
     let wait_ms = wait_ms + wait_ms / 20 + ABSENCE_MARGIN_MS;
-    let lease_ms = grant.lease_until_ms.saturating_sub(grant.granted_at_ms);
-    let certain_ms = lease_ms.saturating_sub(lease_ms / 3);
-    (wait_ms <= options.absence_wait_ms_max && wait_ms < certain_ms)
-        .then(|| Duration::from_millis(wait_ms))
+    (wait_ms <= options.absence_wait_ms_max).then(|| Duration::from_millis(wait_ms))
 }
 
 /// Added to every wait for absence to become provable, against rounding of ledger time.

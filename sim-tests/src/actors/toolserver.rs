@@ -306,9 +306,9 @@ impl ToolServer {
         let reconcile = ReconcileOptions {
             rounds_max: 2,
             round_interval_ms: 500,
-            // The attempt's lease is both together (25 s): it covers the runner's wait
-            // for a "not found" to prove absence (the latest lease end plus the
-            // provider's processing bound and search lag).
+            // A "not found" too early to prove absence (before the latest lease end plus
+            // the provider's processing bound and search lag) is looked at again under a
+            // new attempt once it can, when that is at most 20 s away.
             lease_ms: 5_000,
             absence_wait_ms_max: 20_000,
         };
