@@ -3,11 +3,13 @@
 # all on this machine and this disk, one table at the end (markdown, also written to
 # $BENCH_DIR/results.md):
 #
-#   1. etcd 3.4 (Debian etcd-server), 3 members on loopback, loaded with
+#   1. etcd 3.4 (Debian etcd-server), 3 members on loopback, loaded with its own
 #      `etcdctl check perf --load=L` for each L in ETCD_LOADS (Debian ships no etcd
 #      `benchmark` tool, so no percentiles: check perf reports throughput, the slowest
 #      request and the standard deviation; load l is 500 clients rate-limited to 8000
-#      writes/s for 60 s).
+#      writes/s for 60 s); then, for percentiles at the ledger's offered loads,
+#      `ledger-load --etcd` at each client count in CLIENTS: the ledger's load generator,
+#      its clients putting new keys (256-byte values) instead of claiming effects.
 #   2. The ledger, 3 release nodes started by deploy/cluster.sh, loaded with ledger-load
 #      (claim + report of new effects) at each client count in CLIENTS.
 #   3. PostgreSQL 15, one server, a claim table keyed by effect key: pgbench runs a claim
@@ -39,6 +41,7 @@ PG_BIN=${PG_BIN:-/usr/local/bin}
 SKIP=${SKIP:-}
 RESULTS=$BENCH_DIR/results.md
 ETCD_PIDS=()
+declare -A ETCD_P99=()
 STAGES=
 
 skipped() { [[ " $SKIP " == *" $1 "* ]]; }
@@ -104,6 +107,16 @@ run_etcd() {
     [ -n "$ETCD_WRITES_PER_S" ] || ETCD_WRITES_PER_S=$writes
     ROWS+=("| etcd 3.4 put (\`check perf --load=$load\`) | $(etcd_clients "$load") | ${writes:-?} writes/s | n/a | n/a | n/a | $(ratio "${writes:-0}") | slowest $(ms "$slowest") ms, stddev $(ms "$stddev") ms |")
   done
+  local c json per_s
+  for c in $CLIENTS; do
+    echo "== etcd: ledger-load --etcd, $c clients, $SECONDS_PER_ROW s"
+    json=$("$BIN/ledger-load" --etcd --endpoints "$endpoints" --clients "$c" \
+      --seconds "$SECONDS_PER_ROW" --output json)
+    echo "$json" > "$BENCH_DIR/etcd-$c.json"
+    per_s=$(echo "$json" | json_field effect.per_s)
+    ETCD_P99[$c]=$(echo "$json" | json_field effect.p99_ms)
+    ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures) |")
+  done
   for pid in "${ETCD_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   ETCD_PIDS=()
 }
@@ -116,8 +129,7 @@ ms() { [ -n "$1" ] && python3 -c "import sys; print(f'{float(sys.argv[1]) * 1000
 # --- the ledger -------------------------------------------------------------------------
 
 run_ledger() {
-  echo "== ledger: building, then starting 3 $BENCH_PROFILE nodes (deploy/cluster.sh)"
-  build_ledger
+  echo "== ledger: starting 3 $BENCH_PROFILE nodes (deploy/cluster.sh)"
   ledger_cluster "$BENCH_DIR/ledger" start
   local c json per_s leader
   for c in $CLIENTS; do
@@ -131,7 +143,7 @@ run_ledger() {
       "$(echo "$json" | json_field effect.count || echo 0)" > "$BENCH_DIR/stages-$c.md"
     STAGES="$c clients:"$'\n\n'"$(cat "$BENCH_DIR/stages-$c.md")"
     per_s=$(echo "$json" | json_field effect.per_s)
-    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures) |")
+    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures)${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms} |")
   done
   ledger_cluster "$BENCH_DIR/ledger" stop
 }
@@ -201,6 +213,11 @@ print(f"{pct(0.50):.2f} {pct(0.99):.2f} {pct(0.999):.2f}")
 EOF
 }
 
+# ledger-load drives the ledger rows and etcd's percentile rows.
+if ! skipped etcd || ! skipped ledger; then
+  echo "== building the ledger's binaries"
+  build_ledger
+fi
 skipped etcd || run_etcd
 skipped ledger || run_ledger
 skipped postgres || run_postgres

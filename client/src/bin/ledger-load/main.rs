@@ -11,18 +11,22 @@
 //!
 //! Failed calls are counted in two kinds: back-pressure (the node answered
 //! `RESOURCE_EXHAUSTED`: too many commands waiting) and every other failure.
+//!
+//! With `--etcd` the endpoints are etcd members and each client puts new keys instead
+//! (see `etcd`), for a reference measured the same way at the same client counts.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod etcd;
 mod report;
 
 use clap::{Parser, ValueEnum};
 use ledger_client::{ClientError, LedgerClient, OverloadPolicy, RetryPolicy, TlsOptions};
 use ledger_core::{Authority, ClaimOutcome, Declaration, EffectKey, Report, ToolRef};
-use report::{Failure, Preloaded, Samples, Summary};
+use report::{Failure, Preloaded, Samples, Summary, Target};
 
 /// Load generator for a running effect ledger cluster.
 #[derive(Parser, Debug)]
@@ -32,8 +36,12 @@ struct Options {
     #[arg(long, env = "LEDGER_ENDPOINTS", value_delimiter = ',', required = true)]
     endpoints: Vec<String>,
     /// A tenant API key of `--tenant`.
-    #[arg(long, env = "LEDGER_API_KEY")]
-    api_key: String,
+    #[arg(long, env = "LEDGER_API_KEY", required_unless_present = "etcd")]
+    api_key: Option<String>,
+    /// The endpoints are etcd members: put new keys (256-byte values) instead of
+    /// claiming and reporting effects, with the same clients and the same percentiles.
+    #[arg(long, conflicts_with = "preload")]
+    etcd: bool,
     /// Concurrent clients during the measurement.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     clients: u32,
@@ -207,6 +215,9 @@ async fn claim_and_report(
 }
 
 async fn run(o: Options) -> Result<(), String> {
+    if o.etcd {
+        return run_etcd(o).await;
+    }
     let retry = RetryPolicy {
         attempts: o.attempts,
         ..RetryPolicy::default()
@@ -221,7 +232,8 @@ async fn run(o: Options) -> Result<(), String> {
         .map(|ca| TlsOptions::from_files(ca, o.client_cert.as_deref(), o.client_key.as_deref()))
         .transpose()
         .map_err(|e| e.to_string())?;
-    let client = LedgerClient::with_tls(o.endpoints.clone(), &o.api_key, retry, overload, tls)
+    let api_key = o.api_key.clone().unwrap_or_default();
+    let client = LedgerClient::with_tls(o.endpoints.clone(), &api_key, retry, overload, tls)
         .map_err(|e| e.to_string())?;
     client.find_leader().await;
     let run_id = SystemTime::now()
@@ -266,6 +278,7 @@ async fn run(o: Options) -> Result<(), String> {
     }
 
     let report = Summary {
+        target: Target::Ledger,
         clients: o.clients,
         nodes: o.endpoints.len(),
         reference: !o.no_reference,
@@ -273,14 +286,48 @@ async fn run(o: Options) -> Result<(), String> {
         effects_s,
         reference_s,
     };
+    print(&report, &o, &mut samples)
+}
+
+/// `--etcd`: the measurement's clients put new keys into etcd.
+async fn run_etcd(o: Options) -> Result<(), String> {
+    let channels = etcd::channels(&o.endpoints)?;
+    let run_id = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(o.seconds);
+    let tasks: Vec<_> = (0..u64::from(o.clients))
+        .map(|c| {
+            let channel = channels[c as usize % channels.len()].clone();
+            tokio::spawn(etcd::puts(channel, c, run_id, deadline))
+        })
+        .collect();
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
+    }
+    let report = Summary {
+        target: Target::Etcd,
+        clients: o.clients,
+        nodes: o.endpoints.len(),
+        reference: false,
+        preload: None,
+        effects_s: started.elapsed().as_secs_f64(),
+        reference_s: 0.0,
+    };
+    print(&report, &o, &mut samples)
+}
+
+fn print(report: &Summary, o: &Options, samples: &mut Samples) -> Result<(), String> {
     match o.output {
-        Output::Table => report.print_table(&mut samples),
-        Output::Json => println!("{}", report.json(&mut samples)),
+        Output::Table => report.print_table(samples),
+        Output::Json => println!("{}", report.json(samples)),
     }
     if samples.effect.is_empty() {
         return Err(match &samples.first_failure {
-            Some(first) => format!("no effect completed; the first failure: {first}"),
-            None => "no effect completed".into(),
+            Some(first) => format!("nothing completed; the first failure: {first}"),
+            None => "nothing completed".into(),
         });
     }
     Ok(())
@@ -439,5 +486,22 @@ mod tests {
             "0",
         ]);
         assert!(zero.is_err());
+    }
+
+    #[test]
+    fn etcd_needs_no_api_key_and_takes_no_preload() {
+        let o = Options::try_parse_from(["ledger-load", "--endpoints", "a:1", "--etcd"]).unwrap();
+        assert!(o.etcd && o.api_key.is_none());
+        let ledger = Options::try_parse_from(["ledger-load", "--endpoints", "a:1"]);
+        assert!(ledger.is_err(), "the ledger needs an API key");
+        let preload = Options::try_parse_from([
+            "ledger-load",
+            "--endpoints",
+            "a:1",
+            "--etcd",
+            "--preload",
+            "10",
+        ]);
+        assert!(preload.is_err());
     }
 }

@@ -121,8 +121,19 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// What was loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The ledger: claim + report pairs.
+    Ledger,
+    /// etcd: puts of new keys (`samples.effect` holds them).
+    Etcd,
+}
+
 /// Everything one run prints.
 pub struct Summary {
+    /// What was loaded.
+    pub target: Target,
     /// Concurrent clients measured.
     pub clients: u32,
     /// Endpoints the clients were given.
@@ -161,6 +172,23 @@ impl Summary {
 
     /// Prints the human-readable table.
     pub fn print_table(&self, s: &mut Samples) {
+        if self.target == Target::Etcd {
+            let r = Row::of(&mut s.effect, self.effects_s);
+            println!(
+                "{} clients, {:.1} s of puts on {} etcd member(s)\n",
+                self.clients, self.effects_s, self.nodes
+            );
+            println!(
+                "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
+                "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
+            );
+            println!(
+                "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
+                "etcd put (replicated)", r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
+            );
+            print_failures(s);
+            return;
+        }
         if let Some(p) = &self.preload {
             println!(
                 "preloaded {} effects in {:.1} s ({:.0}/s; back-pressure {}, failures {})",
@@ -188,19 +216,17 @@ impl Summary {
                 name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
             );
         }
-        println!(
-            "\nback-pressure (RESOURCE_EXHAUSTED): {}\nfailures: {}",
-            s.back_pressure, s.failures
-        );
-        if let Some(first) = &s.first_failure {
-            println!("first failure: {first}");
-        }
+        print_failures(s);
     }
 
-    /// The run as one JSON object.
+    /// The run as one JSON object; with `--etcd`, `effect` holds the puts.
     pub fn json(&self, s: &mut Samples) -> Value {
         let [effect, claim, report, reference] = self.rows(s);
         json!({
+            "target": match self.target {
+                Target::Ledger => "ledger",
+                Target::Etcd => "etcd",
+            },
             "clients": self.clients,
             "seconds": round2(self.effects_s),
             "nodes": self.nodes,
@@ -219,6 +245,16 @@ impl Summary {
             "failures": s.failures,
             "first_failure": s.first_failure,
         })
+    }
+}
+
+fn print_failures(s: &Samples) {
+    println!(
+        "\nback-pressure (RESOURCE_EXHAUSTED): {}\nfailures: {}",
+        s.back_pressure, s.failures
+    );
+    if let Some(first) = &s.first_failure {
+        println!("first failure: {first}");
     }
 }
 
