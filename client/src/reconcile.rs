@@ -8,8 +8,8 @@
 //! policy) is spent.
 //!
 //! An adapter only says what it saw; whether "not found" proves anything is decided by the
-//! runner (`EffectRunner::reconcile`, in `effect`) and, as a backstop, by the ledger
-//! (design §7). It proves absence only once no earlier
+//! ledger, and the runner (`EffectRunner::reconcile`, in `effect`) looks again when a look-up
+//! came too early (design §7). It proves absence only once no earlier
 //! dispatch can still land: after the latest dispatch's lease end plus the provider's
 //! declared processing bound plus its search-visibility lag (`processing_ms_max` and
 //! `visibility_lag_ms` in the tool's policy). The ledger cannot see when a look-up was
@@ -61,13 +61,15 @@ pub trait ProviderAdapter: Send + Sync {
 /// How reconciliation rounds are paced and bounded within one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileOptions {
-    /// Most observations this call makes; the ledger's own budget escalates beyond it.
+    /// Most rounds this call makes, each one observation, or two when the first came too
+    /// early to prove absence and this call waited for that; the ledger's own budget
+    /// escalates beyond it.
     pub rounds_max: u32,
     /// Pause between two ambiguous observations.
     pub round_interval_ms: u64,
     /// Lease asked for each reconciliation attempt: one look-up and its report.
     pub lease_ms: u64,
-    /// Longest this call waits for a "not found" to become proof (design §7) before it
+    /// Longest one round waits for a "not found" to become proof (design §7) before it
     /// looks again under a new attempt; a longer wait leaves the outcome unknown for now.
     pub absence_wait_ms_max: u64,
 }

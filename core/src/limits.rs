@@ -39,10 +39,10 @@ pub const TARGET_FIELDS_MAX: usize = 8;
 pub const PROCESSING_BOUND_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
 /// Largest search-visibility lag a tool policy may declare, in milliseconds (seven days).
 pub const VISIBILITY_LAG_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
-/// Most not-found observations one record takes before its absence deadline without
-/// counting them against the observation budget (they prove nothing yet). Later ones
-/// count, so a reconciler that keeps looking too early cannot grow a record's history
-/// without bound.
+/// Most not-found observations one record takes under attempts granted before its absence
+/// deadline without counting them against the observation budget (they prove nothing).
+/// Later ones count, so a reconciler that keeps looking too early cannot grow a record's
+/// history without bound.
 pub const EARLY_NOT_FOUND_MAX: usize = 32;
 /// Most amendments one effect record keeps (and so accepts): a repair that needs more is
 /// a new effect, not a repair.

@@ -149,15 +149,16 @@ impl<S: Store> Ledger<S> {
             };
             let detail = match absence {
                 Some(Absence::NotYet { provable_at_ms }) => format!(
-                    "{detail} [proves nothing before {provable_at_ms} ms: an earlier dispatch may still land]"
+                    "{detail} [proves nothing before {provable_at_ms} ms: looked up under an \
+                     attempt granted before then, when an earlier dispatch could still land]"
                 ),
                 Some(Absence::NotYetAgain { provable_at_ms }) => format!(
                     "{detail} [proves nothing before {provable_at_ms} ms; counted: more than \
                      {EARLY_NOT_FOUND_MAX} look-ups came too early]"
                 ),
-                Some(Absence::Unprovable) => format!(
-                    "{detail} [proves nothing: the provider declares no processing bound]"
-                ),
+                Some(Absence::Unprovable) => {
+                    format!("{detail} [proves nothing: the provider declares no processing bound]")
+                }
                 Some(Absence::Proven) | None => detail.to_owned(),
             };
             rec.observations.push(Observation {

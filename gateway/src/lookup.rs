@@ -3,9 +3,10 @@
 //! Per protected tool the operator names a look-up tool, its arguments (with the
 //! effect's provider key in them) and where in its result the effect shows. The answer
 //! is only what was seen: found (committed, with the found item as receipt), not found,
-//! or unknown. Whether "not found" proves anything is the client library's decision
-//! under the tool's policy (design §7: not before the latest dispatch's lease end plus
-//! the processing bound and the visibility lag), never this module's.
+//! or unknown. Whether "not found" proves anything is the ledger's judgement under the
+//! tool's policy (design §7: only from a look-up under an attempt granted after the
+//! latest dispatch's lease end plus the processing bound and the visibility lag; the
+//! client library waits for that and looks again), never this module's.
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use ledger_core::{AttemptKind, AttemptOutcome, EffectState};
+use ledger_core::{AttemptKind, AttemptOutcome, EffectState, ObservationResult};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,10 +134,33 @@ async fn an_answer_lost_between_provider_and_server_is_settled_by_a_patient_look
     assert_eq!(world.counts().await["messages"], 1, "{effects}");
     assert_eq!(sent["messages"][0]["receipt"], effects["messages"][0]);
     let records = world.records().await;
+    // The first look-up came before the message could show: its "not found" is recorded
+    // and proves nothing. The server waits until it can, and looks again under a new
+    // attempt (the ledger judges a look-up by the grant of the attempt it is made under).
     let kinds: Vec<AttemptKind> = records[0].attempts.iter().map(|a| a.kind).collect();
-    assert_eq!(kinds, [AttemptKind::Dispatch, AttemptKind::Reconcile]);
+    assert_eq!(
+        kinds,
+        [
+            AttemptKind::Dispatch,
+            AttemptKind::Reconcile,
+            AttemptKind::Reconcile
+        ]
+    );
     assert!(matches!(
         records[0].attempts[0].outcome,
         Some(AttemptOutcome::Unknown { .. })
     ));
+    let seen: Vec<&ObservationResult> = records[0].observations.iter().map(|o| &o.result).collect();
+    assert!(
+        matches!(
+            seen[..],
+            [
+                ObservationResult::NotCommitted,
+                ObservationResult::Committed { .. }
+            ]
+        ),
+        "{:#?}",
+        records[0].observations
+    );
+    assert!(records[0].observations[0].detail.contains("proves nothing"));
 }

@@ -17,7 +17,9 @@ use crate::reconcile::{
 
 impl EffectRunner {
     /// Reconciles the unknown effect `key` through `adapter`, in at most
-    /// `options.rounds_max` observations.
+    /// `options.rounds_max` rounds: each one observation, or two when the first "not
+    /// found" came too early to prove absence and the wait for that fits
+    /// `options.absence_wait_ms_max`.
     pub async fn reconcile(
         &self,
         key: &EffectKey,
@@ -38,11 +40,11 @@ impl EffectRunner {
         Ok(answer)
     }
 
-    /// One observation that can settle the effect. A "not found" under an attempt granted
-    /// too early proves nothing (the ledger judges a look-up by its attempt's grant, see
-    /// `EffectRecord::looked_after_ms`); it is recorded, and when absence becomes provable
-    /// within this call's budget the runner waits until then and looks again under a new
-    /// attempt.
+    /// One round: an observation that can settle the effect. A "not found" under an
+    /// attempt granted too early proves nothing (the ledger judges a look-up by its
+    /// attempt's grant, see `EffectRecord::looked_after_ms`); it is recorded, and when
+    /// absence becomes provable within `absence_wait_ms_max` the runner waits until then
+    /// and looks again under a new attempt, once.
     async fn reconcile_once(
         &self,
         key: &EffectKey,

@@ -1,7 +1,8 @@
 //! The operator's side of each provider: the tool each provider's effects record, and
 //! its tool policy, with the provider's declared timing. Reconciliation looks effects up
 //! through the shipped searches ([`super::edge`]); when a "not found" proves absence is
-//! the runner's and the ledger's judgement from these declared bounds, not the look-up's.
+//! the ledger's judgement from these declared bounds (the runner waits for it), not the
+//! look-up's.
 
 use ledger_core::{ReplayClass, ToolPolicy, ToolRef};
 
