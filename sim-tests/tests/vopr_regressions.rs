@@ -62,6 +62,14 @@
 //!   by the grant of the attempt it is reported under (`core/tests/absence.rs`), and the
 //!   runner, when absence becomes provable within its budget, waits and looks again under
 //!   a new attempt.
+//! - `transit_counts_toward_the_processing_bound` (seed 30436): a ticket was sent 2.7 s
+//!   before its attempt's lease ran out, and a 25 s clock jump came while the request was
+//!   on its way to the desk. The simulated desk dated its receipt from when its task woke,
+//!   after the jump, and applied the ticket 25 s after it was sent, beyond the 15 s it
+//!   declares from a request leaving the tool server to its effect being durable; a
+//!   look-up after the declared bounds found nothing and a second ticket was created. A
+//!   harness bug: the simulated providers now apply a request by its send time plus the
+//!   transit and the processing time, as a provider keeping its declared bound does.
 
 //! - `torn_write_at_a_power_failure_is_cut_at_restart` and
 //!   `bit_flip_keeps_its_node_down_and_the_cluster_serving`: the storage faults the
@@ -134,6 +142,12 @@ const LATE_NOT_FOUND: Scenario = Scenario {
     default_seeds: &[225626270],
 };
 
+const TRANSIT: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "transit_counts_toward_the_processing_bound",
+    default_seeds: &[30436],
+};
+
 const TORN_WRITE: Scenario = Scenario {
     test_binary: "vopr_regressions",
     test_name: "torn_write_at_a_power_failure_is_cut_at_restart",
@@ -192,6 +206,11 @@ fn search_lag_counts_from_the_promised_apply_time() {
 #[test]
 fn not_found_reported_late_is_judged_by_its_grant() {
     seeds::run(&LATE_NOT_FOUND, scenario);
+}
+
+#[test]
+fn transit_counts_toward_the_processing_bound() {
+    seeds::run(&TRANSIT, scenario);
 }
 
 #[test]

@@ -4,10 +4,13 @@
 //!
 //! A send is a task on the provider machine; the caller waits for its answer up to
 //! [`PROVIDER_TIMEOUT_MS`] and sees a timeout when no answer comes, exactly like an HTTP
-//! client. A request received at `t` and processed for `p` ms is applied by `t + p` on
-//! the wall clock: a look-up at or after that time sees it, even when a clock jump wakes
-//! the look-up and the processing task at the same instant. A keyed provider records the key when the request arrives, so a concurrent
-//! request with the same key waits for the first one's result instead of applying again.
+//! client. A request sent at `t` reaches the provider [`TRANSIT_MS`] later and, processed
+//! for `p` ms, is applied by `t + TRANSIT_MS + p` on the wall clock: a look-up at or after
+//! that time sees it, even when a clock jump wakes the look-up and the provider's task at
+//! the same instant, or wakes the provider's task only after the jump (the request was
+//! in transit, or being processed, across it). A keyed provider records the key when the
+//! request arrives, so a concurrent request with the same key waits for the first one's
+//! result instead of applying again.
 
 use std::time::Duration;
 
@@ -18,6 +21,9 @@ use super::{
     PROVIDER_TIMEOUT_MS,
 };
 use crate::workload::wall_clock_ms;
+
+/// How long a request takes to reach the provider.
+const TRANSIT_MS: u64 = 2;
 
 /// One request to a provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +115,11 @@ impl World {
         }
         .min(PROCESSING_MS_MAX);
         self.lock().in_flight += 1;
+        let sent_at_ms = wall_clock_ms();
         self.machine.spawn(async move {
-            let reply = world.process(request, fault, processing_ms).await;
+            let reply = world
+                .process(request, fault, sent_at_ms, processing_ms)
+                .await;
             world.lock().in_flight -= 1;
             let _ = tx.send(reply);
         });
@@ -126,14 +135,16 @@ impl World {
         }
     }
 
-    /// The provider's side of one request; `None` when no answer goes back.
+    /// The provider's side of one request sent at `sent_at_ms`; `None` when no answer goes
+    /// back.
     async fn process(
         &self,
         request: ProviderRequest,
         fault: SendFault,
+        sent_at_ms: u64,
         processing_ms: u64,
     ) -> Option<ProviderReply> {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(TRANSIT_MS)).await;
         self.lock().requests += 1;
         let keyed = request
             .idempotency_key
@@ -151,15 +162,20 @@ impl World {
             }
             return None;
         }
-        let arrival = {
+        let (arrival, due_ms) = {
             let mut state = self.lock();
             state.arrivals += 1;
             let arrival = state.arrivals;
-            let due_ms = wall_clock_ms() + processing_ms;
+            // Due by the promise: received one transit after it was sent, applied within
+            // the processing time of that, even when a clock jump woke this task later.
+            let due_ms = sent_at_ms + TRANSIT_MS + processing_ms;
             state.pending.insert(arrival, Pending { due_ms, request });
-            arrival
+            (arrival, due_ms)
         };
-        tokio::time::sleep(Duration::from_millis(processing_ms)).await;
+        tokio::time::sleep(Duration::from_millis(
+            due_ms.saturating_sub(wall_clock_ms()),
+        ))
+        .await;
         let receipt = {
             let mut state = self.lock();
             match state.pending.remove(&arrival) {
