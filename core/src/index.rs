@@ -143,14 +143,15 @@ impl SlotGroup {
 
 /// The key of a record in [`Table::ByState`].
 pub(crate) fn by_state(state: EffectState, key: &EffectKey) -> Vec<u8> {
-    let mut out = vec![keycode::state(state)];
+    let mut out = Vec::with_capacity(1 + keycode::key_len(key));
+    out.push(keycode::state(state));
     put_key(&mut out, key);
     out
 }
 
 /// The key of a record in [`Table::ByWorkflow`].
 pub(crate) fn by_workflow(tenant: &str, workflow_id: &str, key: &EffectKey) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(tenant.len() + workflow_id.len() + 2 + keycode::key_len(key));
     put_str(&mut out, tenant);
     put_str(&mut out, workflow_id);
     put_key(&mut out, key);

@@ -53,9 +53,15 @@ pub fn put_caller(out: &mut Vec<u8>, caller: &Caller) {
     }
 }
 
+/// Bytes an encoded effect key takes when none of its strings holds a `0x00` (each one
+/// does add a byte): the capacity to build a key with, so that it is not grown piecemeal.
+pub fn key_len(key: &EffectKey) -> usize {
+    key.tenant.len() + key.namespace.len() + key.key.len() + 3
+}
+
 /// An effect key alone.
 pub fn key(key: &EffectKey) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(key_len(key));
     put_key(&mut out, key);
     out
 }
@@ -69,7 +75,7 @@ pub fn string(s: &str) -> Vec<u8> {
 
 /// A deadline followed by an effect key.
 pub fn at_key(at_ms: u64, key: &EffectKey) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(8 + key_len(key));
     put_u64(&mut out, at_ms);
     put_key(&mut out, key);
     out

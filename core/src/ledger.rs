@@ -45,18 +45,29 @@ pub(crate) const TOKEN_KEY: &[u8] = b"next_fencing_token";
 
 /// The key of a remembered command in [`Table::Commands`].
 pub(crate) fn command_key(caller: &Caller, command_id: &str) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(command_key_len(caller, command_id));
     put_caller(&mut out, caller);
     put_str(&mut out, command_id);
     out
 }
 
-/// The key of a remembered command in [`Table::CommandExpiry`].
+/// The key of a remembered command in [`Table::CommandExpiry`]: its expiry, then its
+/// [`command_key`].
 pub(crate) fn command_expiry_key(expires_at_ms: u64, caller: &Caller, command_id: &str) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(8 + command_key_len(caller, command_id));
     keycode::put_u64(&mut out, expires_at_ms);
-    out.extend(command_key(caller, command_id));
+    put_caller(&mut out, caller);
+    put_str(&mut out, command_id);
     out
+}
+
+/// Bytes a [`command_key`] takes when no string in it holds a `0x00`.
+fn command_key_len(caller: &Caller, command_id: &str) -> usize {
+    let caller_len = match caller {
+        Caller::Tenant(tenant) => tenant.len() + 2,
+        Caller::Operator => 1,
+    };
+    caller_len + command_id.len() + 1
 }
 
 /// The effect ledger state machine over the store `S` (in memory by default).

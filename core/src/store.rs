@@ -219,9 +219,15 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<VALUE_BYTES_MAX>()
 }
 
+/// The capacity a value is encoded into first.
+const VALUE_CAPACITY: usize = 64;
+
 /// Encodes a stored value.
 pub fn encode_value<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut bytes = vec![VALUE_FORMAT];
+    // Room for most values (a record grows from here in two steps, not seven); a stored
+    // copy is never more than twice its size, as with any grown vector.
+    let mut bytes = Vec::with_capacity(VALUE_CAPACITY);
+    bytes.push(VALUE_FORMAT);
     bincode::serde::encode_into_std_write(value, &mut bytes, config())
         .expect("encoding a value into memory cannot fail");
     bytes
