@@ -5,12 +5,12 @@
 //! here: it answers a report with the report's command id as the receipt, so each caller
 //! can tell its own answer, and records which calls arrived.
 
-use std::net::TcpListener;
+mod fake;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 use ledger_client::batch::{FLIGHTS_MAX, ITEMS_MAX};
 use ledger_client::{ClientError, LedgerClient, RetryPolicy};
@@ -18,7 +18,8 @@ use ledger_core::{Authority, Declaration, EffectKey, EffectState, Refusal, Repor
 use ledger_proto::pb;
 use ledger_proto::pb::batch_item::Command as Item;
 use ledger_proto::pb::batch_result::Result as Answer;
-use ledger_proto::pb::ledger_server::{Ledger, LedgerServer};
+
+use fake::Handler;
 
 /// How the fake answers a batch.
 #[derive(Clone, Copy, PartialEq)]
@@ -33,7 +34,6 @@ enum Mode {
     Deny,
 }
 
-#[derive(Clone)]
 struct FakeNode {
     mode: Mode,
     /// Items per `Batch` call, in arrival order.
@@ -50,20 +50,13 @@ fn answer(report: &pb::ReportRequest) -> pb::ReportResponse {
     }
 }
 
-fn unimplemented() -> Status {
-    Status::unimplemented("not in this fake")
-}
-
 #[tonic::async_trait]
-impl Ledger for FakeNode {
-    async fn batch(
-        &self,
-        request: Request<pb::BatchRequest>,
-    ) -> Result<Response<pb::BatchResponse>, Status> {
-        let items = request.into_inner().items;
+impl Handler for FakeNode {
+    async fn batch(&self, request: pb::BatchRequest) -> Result<pb::BatchResponse, Status> {
+        let items = request.items;
         self.batches.lock().unwrap().push(items.len());
         match self.mode {
-            Mode::Old => return Err(unimplemented()),
+            Mode::Old => return Err(fake::unimplemented()),
             Mode::Deny => return Err(Status::permission_denied("not for you")),
             Mode::Serve | Mode::FailMarked => {}
         }
@@ -89,130 +82,44 @@ impl Ledger for FakeNode {
                 }
             })
             .collect();
-        Ok(Response::new(pb::BatchResponse { results }))
+        Ok(pb::BatchResponse { results })
     }
 
-    async fn report(
-        &self,
-        request: Request<pb::ReportRequest>,
-    ) -> Result<Response<pb::ReportResponse>, Status> {
-        let report = request.into_inner();
+    async fn report(&self, report: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         self.alone.lock().unwrap().push(report.command_id.clone());
-        Ok(Response::new(answer(&report)))
+        Ok(answer(&report))
     }
 
-    async fn claim(
-        &self,
-        _: Request<pb::ClaimRequest>,
-    ) -> Result<Response<pb::ClaimResponse>, Status> {
+    async fn claim(&self, _: pb::ClaimRequest) -> Result<pb::ClaimResponse, Status> {
         Err(ledger_proto::refusal_to_status(&Refusal::ProofRequired))
-    }
-
-    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn declare(
-        &self,
-        _: Request<pb::DeclareRequest>,
-    ) -> Result<Response<pb::DeclareResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn heartbeat(
-        &self,
-        _: Request<pb::HeartbeatRequest>,
-    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn begin_reconcile(
-        &self,
-        _: Request<pb::BeginReconcileRequest>,
-    ) -> Result<Response<pb::BeginReconcileResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn observe(
-        &self,
-        _: Request<pb::ObserveRequest>,
-    ) -> Result<Response<pb::ObserveResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn decide(
-        &self,
-        _: Request<pb::DecideRequest>,
-    ) -> Result<Response<pb::DecideResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn amend(
-        &self,
-        _: Request<pb::AmendRequest>,
-    ) -> Result<Response<pb::AmendResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn list(
-        &self,
-        _: Request<pb::ListRequest>,
-    ) -> Result<Response<pb::ListResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    type WatchStream = ledger_node::watch::EventStream;
-
-    async fn watch(
-        &self,
-        _: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(unimplemented())
     }
 }
 
 /// A fake node served on loopback until dropped, and a client of it.
 struct Served {
-    node: FakeNode,
+    node: Arc<FakeNode>,
     client: LedgerClient,
-    _stop: oneshot::Sender<()>,
+    _fake: fake::Served<FakeNode>,
 }
 
 async fn serve(mode: Mode) -> Served {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let node = FakeNode {
+    let served = fake::serve(FakeNode {
         mode,
         batches: Default::default(),
         alone: Default::default(),
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .add_service(LedgerServer::new(node.clone()))
-        .serve_with_shutdown(addr.parse().unwrap(), async {
-            let _ = stopped.await;
-        });
-    tokio::spawn(server);
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let retry = RetryPolicy {
         attempts: 2,
         backoff_ms: 10,
         ..RetryPolicy::default()
     };
-    let client = LedgerClient::with_retry(vec![addr], "any-key-0000000001", retry).unwrap();
+    let client =
+        LedgerClient::with_retry(vec![served.addr.clone()], "any-key-0000000001", retry).unwrap();
     Served {
-        node,
+        node: served.handler.clone(),
         client,
-        _stop: stop,
+        _fake: served,
     }
 }
 

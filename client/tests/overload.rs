@@ -3,22 +3,22 @@
 //! code is not retried. The node here is a fake ledger service in process that turns away
 //! the first calls and records when each call arrived.
 
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod fake;
 
-use tokio::sync::oneshot;
-use tonic::{Request, Response, Status};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tonic::Status;
 
 use ledger_client::transport::{OverloadPolicy, RETRY_AFTER_MS_METADATA};
 use ledger_client::{ClientError, LedgerClient, RetryPolicy};
 use ledger_core::{EffectKey, Quota, Refusal};
 use ledger_proto::pb;
-use ledger_proto::pb::ledger_server::{Ledger, LedgerServer};
+
+use fake::Handler;
 
 /// How the fake node answers `get`: the first `overloaded` calls are turned away with
 /// `hint_ms` (or refused for quota when `quota`), later ones find no such effect.
-#[derive(Clone)]
 struct FakeNode {
     overloaded: usize,
     hint_ms: u64,
@@ -50,141 +50,24 @@ impl FakeNode {
     }
 }
 
-/// The answer to every call but `get`.
-fn unimplemented() -> Status {
-    Status::unimplemented("not in this fake")
-}
-
 #[tonic::async_trait]
-impl Ledger for FakeNode {
-    async fn get(
-        &self,
-        request: Request<pb::GetRequest>,
-    ) -> Result<Response<pb::GetResponse>, Status> {
-        let key = EffectKey::try_from(request.into_inner())
-            .map_err(|_| Status::invalid_argument("key"))?;
+impl Handler for FakeNode {
+    async fn get(&self, request: pb::GetRequest) -> Result<pb::GetResponse, Status> {
+        let key = EffectKey::try_from(request).map_err(|_| Status::invalid_argument("key"))?;
         Err(self.answer(key))
     }
-
-    async fn batch(
-        &self,
-        _: Request<pb::BatchRequest>,
-    ) -> Result<Response<pb::BatchResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn declare(
-        &self,
-        _: Request<pb::DeclareRequest>,
-    ) -> Result<Response<pb::DeclareResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn claim(
-        &self,
-        _: Request<pb::ClaimRequest>,
-    ) -> Result<Response<pb::ClaimResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn heartbeat(
-        &self,
-        _: Request<pb::HeartbeatRequest>,
-    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn report(
-        &self,
-        _: Request<pb::ReportRequest>,
-    ) -> Result<Response<pb::ReportResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn begin_reconcile(
-        &self,
-        _: Request<pb::BeginReconcileRequest>,
-    ) -> Result<Response<pb::BeginReconcileResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn observe(
-        &self,
-        _: Request<pb::ObserveRequest>,
-    ) -> Result<Response<pb::ObserveResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn decide(
-        &self,
-        _: Request<pb::DecideRequest>,
-    ) -> Result<Response<pb::DecideResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn amend(
-        &self,
-        _: Request<pb::AmendRequest>,
-    ) -> Result<Response<pb::AmendResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    async fn list(
-        &self,
-        _: Request<pb::ListRequest>,
-    ) -> Result<Response<pb::ListResponse>, Status> {
-        Err(unimplemented())
-    }
-
-    type WatchStream = ledger_node::watch::EventStream;
-
-    async fn watch(
-        &self,
-        _: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(unimplemented())
-    }
 }
 
-/// A fake node served on loopback until dropped.
-struct Served {
-    addr: String,
-    node: FakeNode,
-    _stop: oneshot::Sender<()>,
-}
+type Served = fake::Served<FakeNode>;
 
 async fn serve(overloaded: usize, hint_ms: u64, quota: bool) -> Served {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let node = FakeNode {
+    fake::serve(FakeNode {
         overloaded,
         hint_ms,
         quota,
         arrivals: Default::default(),
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .add_service(LedgerServer::new(node.clone()))
-        .serve_with_shutdown(addr.parse().unwrap(), async {
-            let _ = stopped.await;
-        });
-    tokio::spawn(server);
-    // Wait until it accepts connections.
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Served {
-        addr,
-        node,
-        _stop: stop,
-    }
+    })
+    .await
 }
 
 fn client(served: &Served, overload: OverloadPolicy) -> LedgerClient {
@@ -207,7 +90,7 @@ fn key() -> EffectKey {
 
 /// Gaps (ms) between consecutive arrivals.
 fn gaps_ms(served: &Served) -> Vec<u128> {
-    let arrivals = served.node.arrivals.lock().unwrap();
+    let arrivals = served.handler.arrivals.lock().unwrap();
     arrivals
         .windows(2)
         .map(|w| (w[1] - w[0]).as_millis())
@@ -262,7 +145,7 @@ async fn a_spent_overload_budget_is_a_typed_try_later() {
         other => panic!("expected overloaded, got {other:?}"),
     }
     // Waits of 100-150 ms within 400 ms: two to four waits, so three to five tries.
-    let tries = served.node.arrivals.lock().unwrap().len();
+    let tries = served.handler.arrivals.lock().unwrap().len();
     assert!((3..=5).contains(&tries), "{tries} tries");
 
     let served = serve(usize::MAX, 100, false).await;
@@ -274,7 +157,7 @@ async fn a_spent_overload_budget_is_a_typed_try_later() {
         client(&served, no_wait).get(key()).await,
         Err(ClientError::Overloaded { waited_ms: 0, .. })
     ));
-    assert_eq!(served.node.arrivals.lock().unwrap().len(), 1);
+    assert_eq!(served.handler.arrivals.lock().unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,5 +167,5 @@ async fn a_quota_refusal_is_final_not_overload() {
         Err(ClientError::Refused(Refusal::QuotaExceeded { limit: 10, .. })) => {}
         other => panic!("expected a quota refusal, got {other:?}"),
     }
-    assert_eq!(served.node.arrivals.lock().unwrap().len(), 1);
+    assert_eq!(served.handler.arrivals.lock().unwrap().len(), 1);
 }
