@@ -46,8 +46,7 @@ pub(crate) const TOKEN_KEY: &[u8] = b"next_fencing_token";
 /// The key of a remembered command in [`Table::Commands`].
 pub(crate) fn command_key(caller: &Caller, command_id: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(command_key_len(caller, command_id));
-    put_caller(&mut out, caller);
-    put_str(&mut out, command_id);
+    put_command_key(&mut out, caller, command_id);
     out
 }
 
@@ -56,9 +55,14 @@ pub(crate) fn command_key(caller: &Caller, command_id: &str) -> Vec<u8> {
 pub(crate) fn command_expiry_key(expires_at_ms: u64, caller: &Caller, command_id: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + command_key_len(caller, command_id));
     keycode::put_u64(&mut out, expires_at_ms);
-    put_caller(&mut out, caller);
-    put_str(&mut out, command_id);
+    put_command_key(&mut out, caller, command_id);
     out
+}
+
+/// Appends a [`command_key`].
+fn put_command_key(out: &mut Vec<u8>, caller: &Caller, command_id: &str) {
+    put_caller(out, caller);
+    put_str(out, command_id);
 }
 
 /// Bytes a [`command_key`] takes when no string in it holds a `0x00`.

@@ -236,9 +236,7 @@ async fn run(o: Options) -> Result<(), String> {
     let client = LedgerClient::with_tls(o.endpoints.clone(), &api_key, retry, overload, tls)
         .map_err(|e| e.to_string())?;
     client.find_leader().await;
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let run_id = run_id();
     let o = Arc::new(o);
 
     let preload = if o.preload > 0 {
@@ -255,10 +253,7 @@ async fn run(o: Options) -> Result<(), String> {
             tokio::spawn(async move { effects(client, c, run_id, deadline, o).await })
         })
         .collect();
-    let mut samples = Samples::default();
-    for t in tasks {
-        samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
-    }
+    let mut samples = merged(tasks).await?;
     let effects_s = started.elapsed().as_secs_f64();
 
     let mut reference_s = 0.0;
@@ -271,9 +266,7 @@ async fn run(o: Options) -> Result<(), String> {
                 tokio::spawn(async move { statuses(client, deadline).await })
             })
             .collect();
-        for t in tasks {
-            samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
-        }
+        samples.merge(merged(tasks).await?);
         reference_s = started.elapsed().as_secs_f64();
     }
 
@@ -292,9 +285,7 @@ async fn run(o: Options) -> Result<(), String> {
 /// `--etcd`: the measurement's clients put new keys into etcd.
 async fn run_etcd(o: Options) -> Result<(), String> {
     let channels = etcd::channels(&o.endpoints)?;
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let run_id = run_id();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(o.seconds);
     let tasks: Vec<_> = (0..u64::from(o.clients))
@@ -303,10 +294,7 @@ async fn run_etcd(o: Options) -> Result<(), String> {
             tokio::spawn(etcd::puts(channel, c, run_id, deadline))
         })
         .collect();
-    let mut samples = Samples::default();
-    for t in tasks {
-        samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
-    }
+    let mut samples = merged(tasks).await?;
     let report = Summary {
         target: Target::Etcd,
         clients: o.clients,
@@ -317,6 +305,22 @@ async fn run_etcd(o: Options) -> Result<(), String> {
         reference_s: 0.0,
     };
     print(&report, &o, &mut samples)
+}
+
+/// This run's id, in every key it writes: the start time in ms.
+fn run_id() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// The samples of every client task.
+async fn merged(tasks: Vec<tokio::task::JoinHandle<Samples>>) -> Result<Samples, String> {
+    let mut samples = Samples::default();
+    for t in tasks {
+        samples.merge(t.await.map_err(|e| format!("a client task failed: {e}"))?);
+    }
+    Ok(samples)
 }
 
 fn print(report: &Summary, o: &Options, samples: &mut Samples) -> Result<(), String> {

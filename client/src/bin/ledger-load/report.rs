@@ -172,23 +172,6 @@ impl Summary {
 
     /// Prints the human-readable table.
     pub fn print_table(&self, s: &mut Samples) {
-        if self.target == Target::Etcd {
-            let r = Row::of(&mut s.effect, self.effects_s);
-            println!(
-                "{} clients, {:.1} s of puts on {} etcd member(s)\n",
-                self.clients, self.effects_s, self.nodes
-            );
-            println!(
-                "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
-                "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
-            );
-            println!(
-                "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
-                "etcd put (replicated)", r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
-            );
-            print_failures(s);
-            return;
-        }
         if let Some(p) = &self.preload {
             println!(
                 "preloaded {} effects in {:.1} s ({:.0}/s; back-pressure {}, failures {})",
@@ -199,18 +182,30 @@ impl Summary {
                 p.failures
             );
         }
+        let (what, on) = match self.target {
+            Target::Ledger => ("claim+report", "node(s)"),
+            Target::Etcd => ("puts", "etcd member(s)"),
+        };
         println!(
-            "{} clients, {:.1} s of claim+report on {} node(s)\n",
+            "{} clients, {:.1} s of {what} on {} {on}\n",
             self.clients, self.effects_s, self.nodes
         );
         println!(
             "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
             "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
         );
-        for (name, r) in self.rows(s) {
-            if name.starts_with("reference") && !self.reference {
-                continue;
-            }
+        let rows: Vec<_> = match self.target {
+            Target::Ledger => self
+                .rows(s)
+                .into_iter()
+                .filter(|(name, _)| self.reference || !name.starts_with("reference"))
+                .collect(),
+            Target::Etcd => vec![(
+                "etcd put (replicated)",
+                Row::of(&mut s.effect, self.effects_s),
+            )],
+        };
+        for (name, r) in rows {
             println!(
                 "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
                 name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
