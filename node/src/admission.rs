@@ -22,6 +22,7 @@ use crate::error::NodeError;
 #[derive(Clone)]
 pub struct Admission {
     calls: Arc<Semaphore>,
+    calls_max: u32,
     bytes: Arc<Semaphore>,
     bytes_max: u32,
     retry_after_ms: u64,
@@ -38,8 +39,10 @@ impl Admission {
     /// Limits from `settings` (validated by the configuration: positive, bytes in `u32`).
     pub fn new(settings: &ProposerSettings) -> Self {
         let bytes_max = u32::try_from(settings.admitted_bytes_max).unwrap_or(u32::MAX);
+        let calls_max = u32::try_from(settings.admitted_calls_max).unwrap_or(u32::MAX);
         Admission {
-            calls: Arc::new(Semaphore::new(settings.admitted_calls_max)),
+            calls: Arc::new(Semaphore::new(calls_max as usize)),
+            calls_max,
             bytes: Arc::new(Semaphore::new(bytes_max as usize)),
             bytes_max,
             retry_after_ms: settings.overloaded_retry_after_ms,
@@ -50,14 +53,24 @@ impl Admission {
     /// node already serves as many calls or bytes as it admits. A call larger than the
     /// byte limit counts as the limit, so that it can still be served alone.
     pub fn admit(&self, bytes: usize) -> Result<Admitted, NodeError> {
+        self.admit_many(1, bytes)
+    }
+
+    /// Admits `calls` calls of about `bytes` together (the commands of a group a follower
+    /// forwarded), all or none, as [`Admission::admit`] admits one. More calls than the
+    /// limit count as the limit, as more bytes do.
+    pub fn admit_many(&self, calls: usize, bytes: usize) -> Result<Admitted, NodeError> {
         let overloaded = |what: &str| NodeError::Overloaded {
             what: what.to_owned(),
             retry_after_ms: self.retry_after_ms,
         };
+        let calls = u32::try_from(calls.max(1))
+            .unwrap_or(u32::MAX)
+            .min(self.calls_max);
         let calls = self
             .calls
             .clone()
-            .try_acquire_owned()
+            .try_acquire_many_owned(calls)
             .map_err(|_| overloaded("calls in flight at the limit"))?;
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX).min(self.bytes_max);
         let bytes = self
@@ -120,5 +133,22 @@ mod tests {
         drop(huge);
         let _small: Vec<Admitted> = (0..100).map(|_| a.admit(10).unwrap()).collect();
         assert_eq!(retry_after(a.admit(1)), 70);
+    }
+
+    #[test]
+    fn a_group_counts_each_of_its_calls_and_a_huge_group_fits_alone() {
+        let a = admission(4, 1 << 20);
+        let three = a.admit_many(3, 30).unwrap();
+        let _one = a.admit(10).unwrap();
+        assert_eq!(retry_after(a.admit(10)), 70);
+        assert_eq!(retry_after(a.admit_many(2, 20)), 70);
+        drop(three);
+        assert_eq!(retry_after(a.admit_many(4, 40)), 70);
+        let _three_more = a.admit_many(3, 30).unwrap();
+        let b = admission(4, 1 << 20);
+        let huge = b.admit_many(1_000, 10_000).unwrap();
+        assert_eq!(retry_after(b.admit(1)), 70);
+        drop(huge);
+        assert!(b.admit_many(4, 40).is_ok());
     }
 }

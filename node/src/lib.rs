@@ -11,6 +11,7 @@
 //! - [`config`]: the TOML configuration and flags.
 //! - [`node`]: [`LedgerNode`], routing writes and linearizable reads to the leader.
 //! - [`proposer`]: group commit; each entry carries the leader's time stamp.
+//! - [`forwarder`]: a follower's commands grouped into forwarded calls to the leader.
 //! - [`admission`]: the bounded number of client calls and bytes a node serves at once;
 //!   beyond it a call is answered `RESOURCE_EXHAUSTED` with a suggested wait.
 //! - [`clock`]: the wall and monotonic clocks, behind one seam; [`stamp_bound`]: the pure
@@ -41,6 +42,7 @@ pub mod clock;
 pub mod config;
 pub mod credentials;
 pub mod error;
+pub mod forwarder;
 pub mod gauges;
 pub mod health;
 pub mod ledger_service;
@@ -163,6 +165,8 @@ pub async fn start_with_clock(
     .await
     .map_err(|e| RunError::Raft(e.to_string()))?;
     let proposer = proposer::Proposer::start(raft.clone(), time.clone(), &config.proposer);
+    let route = forwarder::Route::new(raft.clone(), network::Channels::new(security.clone()));
+    let forwarder = forwarder::Forwarder::start(route.clone(), &config.proposer);
     Ok(LedgerNode::new(
         config.node_id,
         raft,
@@ -170,7 +174,8 @@ pub async fn start_with_clock(
         time,
         proposer,
         admission::Admission::new(&config.proposer),
-        network::Channels::new(security.clone()),
+        route,
+        forwarder,
         security,
     ))
 }

@@ -46,6 +46,8 @@ pub const QUEUE_SECONDS: &str = "ledger_proposer_queue_seconds";
 pub const RAFT_WRITE_SECONDS: &str = "ledger_raft_write_seconds";
 /// Commands in one proposed batch (one Raft entry).
 pub const BATCH_COMMANDS: &str = "ledger_batch_commands";
+/// Commands in one group a follower forwarded to the leader (one call).
+pub const FORWARD_COMMANDS: &str = "ledger_forward_commands";
 /// Seconds of one AppendEntries call carrying entries, to the follower's answer (it has
 /// written and synced them), by follower.
 pub const REPLICATE_SECONDS: &str = "ledger_replicate_seconds";
@@ -159,7 +161,7 @@ pub fn result_label(result: &Result<Outcome, NodeError>) -> &'static str {
 }
 
 /// Every metric of the node with its unit and help text.
-const DESCRIPTIONS: [(&str, Unit, &str); 5] = [
+const DESCRIPTIONS: [(&str, Unit, &str); 6] = [
     (
         QUEUE_SECONDS,
         Unit::Seconds,
@@ -174,6 +176,11 @@ const DESCRIPTIONS: [(&str, Unit, &str); 5] = [
         BATCH_COMMANDS,
         Unit::Count,
         "commands in one proposed batch (one Raft entry)",
+    ),
+    (
+        FORWARD_COMMANDS,
+        Unit::Count,
+        "commands in one group a follower forwarded to the leader (one call)",
     ),
     (
         REPLICATE_SECONDS,

@@ -2,7 +2,8 @@
 //! paths that let any node serve every call.
 //!
 //! Writes: the leader proposes through the group-commit proposer; a follower forwards the
-//! command to the leader over the internal service (one hop, never further). Reads that
+//! command to the leader over the internal service (one hop, never further), grouped with
+//! the other commands waiting to go there (`forwarder`). Reads that
 //! decide a dispatch are linearizable: the leader confirms its leadership with a quorum
 //! (Raft read index) and waits until its state machine has applied up to that point
 //! before reading; followers forward reads to the leader. When leadership moves while a
@@ -15,7 +16,8 @@
 //! kept running, their wall clocks are the only witnesses of the outage (`real_time`).
 //!
 //! Every client call is admitted first (`admission`): on the node the caller reached and,
-//! when forwarded, again on the leader, whose limit is the one that protects Raft. A call
+//! when forwarded, again on the leader (one call per command of a group), whose limit is
+//! the one that protects Raft. A call
 //! turned away on either is answered `RESOURCE_EXHAUSTED` with a suggested wait. Forwarded
 //! calls travel on connections of their own, never on those that carry Raft's messages
 //! (see `network`).
@@ -27,24 +29,20 @@ use openraft::ReadPolicy;
 use tonic::transport::Channel;
 
 use ledger_core::{Command, Outcome};
-use ledger_proto::pb;
-use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{LedgerReader, Raft};
 
 use crate::admission::Admission;
 use crate::error::NodeError;
+use crate::forwarder::{unexpected, Forwarder, Route};
 use crate::ledger_time::{LedgerTime, PeerAnswer};
-use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
 use crate::proposer::{approx_bytes, Proposer};
 use crate::security::Security;
-use crate::wire::{self, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
+use crate::wire::{ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
 
 /// How long to wait for a leader to be elected before telling the caller to retry.
 const LEADER_WAIT_MS: u64 = 3_000;
 /// Attempts at reaching the current leader before giving up.
 const ROUTE_ATTEMPTS: usize = 5;
-/// Longest wait for a forwarded call; the leader's own timeout is shorter.
-const FORWARD_TIMEOUT_MS: u64 = 10_000;
 /// Longest wait for the peers' answers about ledger time; a peer that does not answer in
 /// time is left out.
 const PEER_TIME_TIMEOUT_MS: u64 = 500;
@@ -66,7 +64,9 @@ pub struct LedgerNode {
     proposer: Proposer,
     admission: Admission,
     /// Connections for forwarded calls and administration, apart from Raft's.
-    channels: Channels,
+    route: Route,
+    /// Groups a follower's commands into forwarded calls to the leader.
+    forwarder: Forwarder,
     /// The credentials and certificates in force; [`Security::reload`] replaces them.
     pub security: Security,
     /// Held while the peers are asked about ledger time, so that they are asked once.
@@ -74,8 +74,9 @@ pub struct LedgerNode {
 }
 
 impl LedgerNode {
-    /// Assembles a node from its running parts. `channels` carry forwarded calls; they
-    /// must not be the ones Raft's messages use.
+    /// Assembles a node from its running parts. `route` carries forwarded calls, on
+    /// connections that must not be the ones Raft's messages use; `forwarder` groups
+    /// commands along it.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: u64,
@@ -84,7 +85,8 @@ impl LedgerNode {
         time: LedgerTime,
         proposer: Proposer,
         admission: Admission,
-        channels: Channels,
+        route: Route,
+        forwarder: Forwarder,
         security: Security,
     ) -> Self {
         LedgerNode {
@@ -94,7 +96,8 @@ impl LedgerNode {
             time,
             proposer,
             admission,
-            channels,
+            route,
+            forwarder,
             security,
             asking_peers: Default::default(),
         }
@@ -112,12 +115,7 @@ impl LedgerNode {
                 self.settle_time().await;
                 self.proposer.propose(command.clone()).await
             } else {
-                self.forward(leader, ForwardRequest::Commands(vec![command.clone()]))
-                    .await
-                    .and_then(|r| match r {
-                        ForwardResponse::Outcomes(mut o) if o.len() == 1 => Ok(o.remove(0)),
-                        other => Err(unexpected(other)),
-                    })
+                self.forwarder.forward(leader, command.clone()).await
             };
             match result {
                 Err(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) => last = e,
@@ -159,7 +157,7 @@ impl LedgerNode {
         };
         let asks = peers.iter().map(|peer| async move {
             let asked_at_ms = self.time.monotonic_ms();
-            let ask = self.forward(*peer, ForwardRequest::Clocks);
+            let ask = self.route.call(*peer, &ForwardRequest::Clocks);
             let answer = tokio::time::timeout(Duration::from_millis(PEER_TIME_TIMEOUT_MS), ask);
             (*peer, asked_at_ms, answer.await, self.time.monotonic_ms())
         });
@@ -188,7 +186,8 @@ impl LedgerNode {
             let result = if leader == self.id {
                 self.read_local(&request).await
             } else {
-                self.forward(leader, ForwardRequest::Read(request.clone()))
+                self.route
+                    .call(leader, &ForwardRequest::Read(request.clone()))
                     .await
                     .and_then(|r| match r {
                         ForwardResponse::Read(answer) => Ok(answer),
@@ -217,7 +216,7 @@ impl LedgerNode {
             }
             ForwardRequest::Commands(commands) => {
                 let bytes = commands.iter().map(approx_bytes).sum();
-                let _admitted = match self.admission.admit(bytes) {
+                let _admitted = match self.admission.admit_many(commands.len(), bytes) {
                     Ok(admitted) => admitted,
                     Err(e) => return forward_error(e),
                 };
@@ -267,42 +266,9 @@ impl LedgerNode {
             .map_err(|e| NodeError::Unavailable(format!("ledger state unreadable: {e}")))
     }
 
-    async fn forward(
-        &self,
-        leader: u64,
-        request: ForwardRequest,
-    ) -> Result<ForwardResponse, NodeError> {
-        let addr = self
-            .addr_of(leader)
-            .ok_or_else(|| NodeError::Unavailable(format!("no address for leader {leader}")))?;
-        let channel = self.channels.get(&addr).map_err(NodeError::Unavailable)?;
-        let mut client = RaftClient::<Channel>::new(channel)
-            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-        let message = pb::RaftMessage {
-            payload: wire::encode(&request),
-        };
-        let call = client.forward(with_secret(message, &self.channels.cluster_secret()));
-        let response = tokio::time::timeout(Duration::from_millis(FORWARD_TIMEOUT_MS), call)
-            .await
-            .map_err(|_| NodeError::Timeout(FORWARD_TIMEOUT_MS))?
-            .map_err(|s| NodeError::Unavailable(format!("leader {leader}: {}", s.message())))?;
-        let response: ForwardResponse = wire::decode(&response.into_inner().payload)
-            .map_err(|e| NodeError::Internal(format!("leader {leader} sent garbage: {e}")))?;
-        match response {
-            ForwardResponse::NotLeader(l) => Err(NodeError::NotLeader(l)),
-            ForwardResponse::Unavailable(m) => Err(NodeError::Unavailable(m)),
-            ForwardResponse::Overloaded { retry_after_ms } => Err(NodeError::Overloaded {
-                what: format!("leader {leader} admits no more calls"),
-                retry_after_ms,
-            }),
-            other => Ok(other),
-        }
-    }
-
     /// The gRPC channel to a peer's address.
     pub fn channel(&self, addr: &str) -> Result<Channel, String> {
-        self.channels.get(addr)
+        self.route.channels().get(addr)
     }
 
     /// The current leader as this node knows it.
@@ -317,12 +283,7 @@ impl LedgerNode {
 
     /// The advertised address of a cluster member.
     pub fn addr_of(&self, id: u64) -> Option<String> {
-        let metrics = self.raft.metrics().borrow_watched().clone();
-        metrics
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .map(|n| n.addr.clone())
+        self.route.addr_of(id)
     }
 
     async fn wait_for_leader(&self) -> Result<u64, NodeError> {
@@ -354,8 +315,4 @@ fn forward_error(e: NodeError) -> ForwardResponse {
         }
         e => ForwardResponse::Unavailable(e.to_string()),
     }
-}
-
-fn unexpected(response: ForwardResponse) -> NodeError {
-    NodeError::Internal(format!("unexpected answer from the leader: {response:?}"))
 }

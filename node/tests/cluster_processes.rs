@@ -434,6 +434,66 @@ async fn metrics_show_where_a_commands_time_goes() {
     }
 }
 
+/// A follower forwards the commands that reach it together: many concurrent claims sent
+/// to a follower travel to the leader in fewer calls than there are claims, and each is
+/// applied once, with its own outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_concurrent_commands_reach_the_leader_in_groups() {
+    let cluster = ProcessCluster::start(3);
+    cluster.form().await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let tenant = Arc::new(cluster.client_of(follower, TENANT_KEY));
+    const CLAIMS: usize = 200;
+    let claims = (0..CLAIMS).map(|i| {
+        let tenant = tenant.clone();
+        async move {
+            let d = declaration(&format!("grouped-{i}"));
+            let claimed = tenant
+                .claim(&format!("gc-{i}"), d.clone(), "h", None, None)
+                .await;
+            claimed
+        }
+    });
+    let mut tokens = std::collections::BTreeSet::new();
+    for claimed in futures::future::join_all(claims).await {
+        match claimed {
+            Ok(ClaimOutcome::Proceed(grant)) => {
+                assert_eq!(grant.attempt_id, 1, "each effect's first attempt");
+                assert!(tokens.insert(grant.fencing_token), "one token per grant");
+            }
+            other => panic!("a fresh key proceeds: {other:?}"),
+        }
+    }
+    assert_eq!(tokens.len(), CLAIMS);
+    if cluster.leader().await != leader {
+        // A follower that was elected meanwhile proposed some claims itself.
+        return;
+    }
+    let page = cluster
+        .scrape(follower)
+        .expect("the follower's metrics page");
+    let groups = sample(&page, "ledger_forward_commands_count").unwrap_or(0.0);
+    let forwarded = sample(&page, "ledger_forward_commands_sum").unwrap_or(0.0);
+    assert!(
+        forwarded >= CLAIMS as f64,
+        "every claim was forwarded:\n{page}"
+    );
+    assert!(
+        groups < forwarded,
+        "{forwarded} commands forwarded in {groups} calls: none were grouped"
+    );
+    let status = cluster
+        .client(OPERATOR_KEY)
+        .status_with_digest(0)
+        .await
+        .expect("status");
+    assert_eq!(
+        status.records_by_state.get("in_progress"),
+        Some(&(CLAIMS as u64))
+    );
+}
+
 /// Every node answers the standard gRPC health check: not serving before the cluster has
 /// a leader, serving once it has one and has applied its log; an unknown service name is
 /// not found.
