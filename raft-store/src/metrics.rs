@@ -4,7 +4,8 @@
 
 /// Seconds to write one append's entries to the disk, before the sync.
 pub const LOG_WRITE_SECONDS: &str = "ledger_log_write_seconds";
-/// Seconds to sync (fsync) one append: one per group of entries, however many.
+/// Seconds of one sync (fsync) of the log: one for every append written while the sync
+/// before ran, however many entries they carry.
 pub const LOG_SYNC_SECONDS: &str = "ledger_log_sync_seconds";
 /// Seconds to apply one entry: run its commands and write their effects with the
 /// applied position in one batch.
@@ -22,7 +23,7 @@ pub const DESCRIPTIONS: [(&str, metrics::Unit, &str); 4] = [
     (
         LOG_SYNC_SECONDS,
         metrics::Unit::Seconds,
-        "Raft log append: the one sync of a group of entries",
+        "Raft log: one sync, for every append written while the one before ran",
     ),
     (
         APPLY_SECONDS,
