@@ -7,10 +7,16 @@ use common::*;
 use ledger_client::effect::EffectCall;
 use ledger_client::{DispatchResult, EffectOutcome, EffectRunner, LedgerClient, RetryPolicy};
 
+/// A port nothing listens on: bound, then closed.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_endpoints_are_skipped_and_the_leader_is_followed() {
     let ledger = Ledger::start().await;
-    let dead = format!("127.0.0.1:{}", free_port());
+    let dead = format!("127.0.0.1:{}", closed_port());
     let endpoints = vec![dead.clone(), dead, ledger.addr().to_owned()];
     // Two attempts: moving on to the next endpoint alone would spend both on dead nodes.
     let retry = RetryPolicy {

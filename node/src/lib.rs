@@ -66,6 +66,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::SnapshotPolicy;
+#[cfg(not(madsim))]
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 use ledger_proto::pb;
@@ -190,12 +192,36 @@ pub async fn run(
     serve(node, &config, shutdown).await
 }
 
+/// [`run`] on a listener its caller bound (to `config.listen_addr`, whose port may then
+/// have been 0): a caller that needs the address before the node serves, as a test that
+/// starts nodes in its own process, binds it first instead of guessing a free port.
+#[cfg(not(madsim))]
+pub async fn run_on(
+    config: NodeConfig,
+    disk: DiskRef,
+    listener: std::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
+    let node = start(&config, disk).await?;
+    serve_with(node, &config, Some(listener), shutdown).await
+}
+
 /// Serves a started node (its gRPC services and the leader's sweeper) until `shutdown`
 /// resolves, then stops Raft. Split from [`run`] so that a caller that must keep the
 /// [`LedgerNode`] (the simulator reads every replica's state) serves it the same way.
 pub async fn serve(
     node: LedgerNode,
     config: &NodeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
+    serve_with(node, config, None, shutdown).await
+}
+
+/// [`serve`] on `listener` when given, else on `config.listen_addr`.
+async fn serve_with(
+    node: LedgerNode,
+    config: &NodeConfig,
+    listener: Option<std::net::TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     let sweeper = tokio::spawn(sweeper::run(node.clone(), config.sweeper.clone()));
@@ -237,7 +263,14 @@ pub async fn serve(
         .add_service(ledger_proto::raft_server(raft_service::RaftService::new(
             node.clone(),
         )));
-    let served = listen(router, &node.security, config.listen_addr, shutdown).await;
+    let served = listen(
+        router,
+        &node.security,
+        config.listen_addr,
+        listener,
+        shutdown,
+    )
+    .await;
     tracing::info!(node_id = config.node_id, "shutting down");
     sweeper.abort();
     for task in [gauges, health].into_iter().flatten() {
@@ -248,23 +281,56 @@ pub async fn serve(
     stopped.map_err(|e| RunError::Raft(format!("shutdown: {e:?}")))
 }
 
-/// Serves `router` on `addr` until `shutdown` resolves: over TLS when `security` has it.
+/// Serves `router` on `bound` if given, else on `addr`, until `shutdown` resolves: over
+/// TLS when `security` has it.
 async fn listen(
     router: tonic::transport::server::Router,
     security: &security::Security,
     addr: std::net::SocketAddr,
+    bound: Option<std::net::TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     #[cfg(not(madsim))]
-    if let Some(tls) = security.tls() {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| RunError::Server(format!("bind {addr}: {e}")))?;
-        let incoming = tls::incoming(listener, tls.clone());
-        return router
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-            .map_err(|e| RunError::Server(e.to_string()));
+    {
+        let listener = match bound {
+            Some(bound) => Some(
+                bound
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::TcpListener::from_std(bound))
+                    .map_err(|e| RunError::Server(format!("listener for {addr}: {e}")))?,
+            ),
+            None if security.tls().is_some() => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| RunError::Server(format!("bind {addr}: {e}")))?,
+            ),
+            None => None,
+        };
+        let server_error = |e: tonic::transport::Error| RunError::Server(e.to_string());
+        match (listener, security.tls()) {
+            (Some(listener), Some(tls)) => {
+                let incoming = tls::incoming(listener, tls.clone());
+                return router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await
+                    .map_err(server_error);
+            }
+            (Some(listener), None) => {
+                // Set here: the router's `tcp_nodelay` covers only listeners it binds.
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                return router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await
+                    .map_err(server_error);
+            }
+            (None, _) => {}
+        }
+    }
+    #[cfg(madsim)]
+    if bound.is_some() {
+        return Err(RunError::Server(
+            "the simulated network takes no bound listener".into(),
+        ));
     }
     let _ = security;
     router

@@ -32,12 +32,9 @@ struct Node {
 
 impl Node {
     async fn start(admitted_calls_max: usize) -> Node {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        // Bound here and handed to the node, so the port is known and held before it serves.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
         let text = format!(
             r#"
 node_id = 1
@@ -62,7 +59,8 @@ overloaded_retry_after_ms = {RETRY_AFTER_MS}
         );
         let config = NodeConfig::from_toml(&text, Path::new("admission.toml")).unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(ledger_node::run(config, Arc::new(SimDisk::new()), async {
+        let disk = Arc::new(SimDisk::new());
+        tokio::spawn(ledger_node::run_on(config, disk, listener, async {
             let _ = stopped.await;
         }));
         let node = Node { addr, _stop: stop };

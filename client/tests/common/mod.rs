@@ -74,15 +74,12 @@ pub struct Ledger {
     stop: Option<oneshot::Sender<()>>,
 }
 
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
-}
-
 impl Ledger {
     /// Starts, forms a one-node cluster and applies [`POLICIES`].
     pub async fn start() -> Self {
-        let addr = format!("127.0.0.1:{}", free_port());
+        // Bound here and handed to the node, so the port is known and held before it serves.
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let addr = listener.local_addr().expect("local addr").to_string();
         let text = format!(
             r#"
 node_id = 1
@@ -106,7 +103,8 @@ interval_ms = 50
         );
         let config = NodeConfig::from_toml(&text, Path::new("client-test.toml")).expect("config");
         let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(ledger_node::run(config, Arc::new(SimDisk::new()), async {
+        let disk = Arc::new(SimDisk::new());
+        tokio::spawn(ledger_node::run_on(config, disk, listener, async {
             let _ = stopped.await;
         }));
         let ledger = Ledger {
