@@ -128,11 +128,11 @@ rows = [
     ("leader: proposer queue", [leader], "ledger_proposer_queue_seconds", None, "command"),
     ("leader: Raft write (append, replicate, commit, apply)", [leader], "ledger_raft_write_seconds", None, "entry"),
     ("leader: log write", [leader], "ledger_log_write_seconds", None, "append"),
-    ("leader: log sync (fsync)", [leader], "ledger_log_sync_seconds", None, "append"),
+    ("leader: log sync (fsync)", [leader], "ledger_log_sync_seconds", None, "sync"),
     ("leader: AppendEntries round trip", [leader], "ledger_replicate_seconds", None, "call"),
     ("leader: apply", [leader], "ledger_apply_seconds", None, "entry"),
     ("followers: log write", followers, "ledger_log_write_seconds", None, "append"),
-    ("followers: log sync (fsync)", followers, "ledger_log_sync_seconds", None, "append"),
+    ("followers: log sync (fsync)", followers, "ledger_log_sync_seconds", None, "sync"),
     ("followers: apply", followers, "ledger_apply_seconds", None, "entry"),
 ]
 print("| stage | per | count | mean ms | total ms per effect |")
