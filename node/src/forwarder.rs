@@ -5,18 +5,24 @@
 //! cost the leader a gRPC request, a decode and an admission per command, and the follower
 //! a round trip per command; under load, a follower would serve far fewer effects than the
 //! leader. Instead, as the proposer does for Raft entries, at most
-//! [`FORWARDS_IN_FLIGHT`] groups are on their way at once; commands that arrive meanwhile
-//! queue, and when a group's answer comes back everything queued (up to the batch limits)
-//! leaves as the next group. When idle a command leaves at once, alone.
+//! [`FORWARDS_IN_FLIGHT`] groups are on their way to a leader at once; commands that
+//! arrive meanwhile queue, and when a group's answer comes back everything queued (up to
+//! the batch limits) leaves as the next group. When idle a command leaves at once, alone.
+//! Each leader has its own queue: commands for a new leader do not wait behind calls to
+//! an old one that stopped answering. A command whose caller has gone (its call was
+//! cancelled or timed out) is dropped when its group forms, unsent.
 //!
 //! The leader admits a group as one call per command, proposes every command of it, and
-//! answers with all their outcomes or with one failure (not the leader, overloaded,
-//! unavailable). On a failure every command of the group fails the same way and is sent
-//! again by [`LedgerNode::submit`](crate::node::LedgerNode::submit) with its own command id:
-//! a command the leader had applied before the failure is found among the remembered
-//! command ids and answered as the first time, never applied twice.
+//! answers with all their outcomes or with one failure for the group (see
+//! [`LedgerNode::serve_forwarded`](crate::node::LedgerNode::serve_forwarded)): overloaded
+//! only when it proposed none of them, else not the leader or unavailable, which
+//! [`LedgerNode::submit`](crate::node::LedgerNode::submit) answers by sending each command
+//! again with its own command id: a command the leader had applied before the failure is
+//! found among the remembered command ids and answered as the first time, never applied
+//! twice.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
@@ -42,7 +48,6 @@ pub const FORWARDS_IN_FLIGHT: usize = 2;
 pub const FORWARD_TIMEOUT_MS: u64 = 10_000;
 
 struct Waiting {
-    leader: u64,
     command: Command,
     reply: oneshot::Sender<Result<Outcome, NodeError>>,
 }
@@ -113,10 +118,14 @@ impl Route {
     }
 }
 
-/// Hands commands to the grouping task.
+/// Hands commands to the grouping task of their leader.
 #[derive(Clone)]
 pub struct Forwarder {
-    tx: mpsc::UnboundedSender<Waiting>,
+    route: Route,
+    limits: Limits,
+    /// One queue per leader, each drained by its own task; the tasks end with the
+    /// forwarder.
+    queues: Arc<Mutex<BTreeMap<u64, mpsc::UnboundedSender<Waiting>>>>,
 }
 
 /// Limits of one group: the proposer's limits of one entry, which the group becomes.
@@ -127,66 +136,67 @@ struct Limits {
 }
 
 impl Forwarder {
-    /// Starts the grouping task, forwarding along `route` within the entry limits of
-    /// `settings`. The commands waiting are bounded by the node's admission, which every
-    /// command passed before it is forwarded.
-    pub fn start(route: Route, settings: &ProposerSettings) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let limits = Limits {
-            commands: settings.max_batch_commands,
-            bytes: settings.max_batch_bytes,
-        };
-        tokio::spawn(run(route, rx, limits));
-        Forwarder { tx }
+    /// Forwards along `route` within the entry limits of `settings`. What waits is what
+    /// the node admitted: every command passed admission before it is forwarded, and one
+    /// whose caller has gone is dropped when its group forms.
+    pub fn new(route: Route, settings: &ProposerSettings) -> Self {
+        Forwarder {
+            route,
+            limits: Limits {
+                commands: settings.max_batch_commands,
+                bytes: settings.max_batch_bytes,
+            },
+            queues: Arc::default(),
+        }
     }
 
     /// Forwards `command` to `leader` with whatever else is waiting for it, and returns
     /// its outcome.
     pub async fn forward(&self, leader: u64, command: Command) -> Result<Outcome, NodeError> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Waiting {
-                leader,
-                command,
-                reply,
-            })
+        self.queue(leader)
+            .send(Waiting { command, reply })
             .map_err(|_| NodeError::Internal("forwarder stopped".into()))?;
         answer
             .await
             .unwrap_or_else(|_| Err(NodeError::Internal("forwarder dropped a command".into())))
     }
+
+    /// The queue of `leader`, its task started on first use.
+    fn queue(&self, leader: u64) -> mpsc::UnboundedSender<Waiting> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues
+            .entry(leader)
+            .or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(run(self.route.clone(), leader, rx, self.limits));
+                tx
+            })
+            .clone()
+    }
 }
 
-async fn run(route: Route, mut rx: mpsc::UnboundedReceiver<Waiting>, limits: Limits) {
+/// Forwards the commands queued for `leader`, in groups.
+async fn run(route: Route, leader: u64, mut rx: mpsc::UnboundedReceiver<Waiting>, limits: Limits) {
     let slots = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
-    // A command for another leader than its group's, held for the next group.
-    let mut held: Option<Waiting> = None;
-    loop {
-        let first = match held.take() {
-            Some(first) => first,
-            None => match rx.recv().await {
-                Some(first) => first,
-                None => return,
-            },
-        };
+    while let Some(first) = rx.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let leader = first.leader;
-        let mut bytes = approx_bytes(&first.command);
-        let mut group = vec![first];
-        while group.len() < limits.commands && bytes < limits.bytes {
-            match rx.try_recv() {
-                Ok(next) if next.leader == leader => {
-                    bytes += approx_bytes(&next.command);
-                    group.push(next);
-                }
-                Ok(next) => {
-                    held = Some(next);
-                    break;
-                }
-                Err(_) => break,
+        let mut group = Vec::new();
+        let mut bytes = 0;
+        let mut next = Some(first);
+        while let Some(waiting) = next.take() {
+            if !waiting.reply.is_closed() {
+                bytes += approx_bytes(&waiting.command);
+                group.push(waiting);
             }
+            if group.len() < limits.commands && bytes < limits.bytes {
+                next = rx.try_recv().ok();
+            }
+        }
+        if group.is_empty() {
+            continue;
         }
         let route = route.clone();
         tokio::spawn(async move {

@@ -168,7 +168,7 @@ pub async fn start_with_clock(
     .map_err(|e| RunError::Raft(e.to_string()))?;
     let proposer = proposer::Proposer::start(raft.clone(), time.clone(), &config.proposer);
     let route = forwarder::Route::new(raft.clone(), network::Channels::new(security.clone()));
-    let forwarder = forwarder::Forwarder::start(route.clone(), &config.proposer);
+    let forwarder = forwarder::Forwarder::new(route.clone(), &config.proposer);
     Ok(LedgerNode::new(
         config.node_id,
         raft,
@@ -192,9 +192,10 @@ pub async fn run(
     serve(node, &config, shutdown).await
 }
 
-/// [`run`] on a listener its caller bound (to `config.listen_addr`, whose port may then
-/// have been 0): a caller that needs the address before the node serves, as a test that
-/// starts nodes in its own process, binds it first instead of guessing a free port.
+/// [`run`] on a listener its caller bound to `config.listen_addr` (the address the node
+/// gives its peers): a caller that needs a free port, as a test that starts nodes in its
+/// own process, binds port 0 first and writes the address it got into the configuration,
+/// instead of guessing a port another process may take.
 #[cfg(not(madsim))]
 pub async fn run_on(
     config: NodeConfig,
@@ -202,6 +203,15 @@ pub async fn run_on(
     listener: std::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
+    let bound = listener
+        .local_addr()
+        .map_err(|e| RunError::Server(format!("listener: {e}")))?;
+    if bound != config.listen_addr {
+        return Err(RunError::Server(format!(
+            "the listener is bound to {bound}, the configuration says listen_addr = {}",
+            config.listen_addr
+        )));
+    }
     let node = start(&config, disk).await?;
     serve_with(node, &config, Some(listener), shutdown).await
 }

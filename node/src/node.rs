@@ -222,10 +222,7 @@ impl LedgerNode {
                 };
                 self.settle_time().await;
                 let proposals = commands.into_iter().map(|c| self.proposer.propose(c));
-                futures::future::join_all(proposals)
-                    .await
-                    .into_iter()
-                    .collect::<Result<Vec<_>, _>>()
+                group_answer(futures::future::join_all(proposals).await)
                     .map(ForwardResponse::Outcomes)
             }
             ForwardRequest::Read(read) => {
@@ -306,6 +303,33 @@ impl LedgerNode {
     }
 }
 
+/// The answer to a forwarded group: every outcome, or one failure for all. `Overloaded`
+/// tells the caller nothing was proposed, so it stands only when it is true of every
+/// command; a group of which some commands were applied (or may have been: not the
+/// leader, timed out) fails as unavailable, which the follower answers by sending each
+/// command again with its command id, deduplicated by the ledger.
+fn group_answer(results: Vec<Result<Outcome, NodeError>>) -> Result<Vec<Outcome>, NodeError> {
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    let all_overloaded = results
+        .iter()
+        .all(|r| matches!(r, Err(NodeError::Overloaded { .. })));
+    if failed == 0 || all_overloaded {
+        return results.into_iter().collect();
+    }
+    let total = results.len();
+    let first = results.into_iter().find_map(|r| {
+        r.err()
+            .filter(|e| !matches!(e, NodeError::Overloaded { .. }))
+    });
+    Err(match first {
+        Some(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) if failed == total => e,
+        Some(e) => NodeError::Unavailable(format!("{failed} of {total} commands failed: {e}")),
+        None => NodeError::Unavailable(format!(
+            "{failed} of {total} commands found the proposer's queue full"
+        )),
+    })
+}
+
 /// How a failure to serve a forwarded call is told to the follower.
 fn forward_error(e: NodeError) -> ForwardResponse {
     match e {
@@ -314,5 +338,58 @@ fn forward_error(e: NodeError) -> ForwardResponse {
             ForwardResponse::Overloaded { retry_after_ms }
         }
         e => ForwardResponse::Unavailable(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overloaded() -> NodeError {
+        NodeError::Overloaded {
+            what: "queue full".into(),
+            retry_after_ms: 70,
+        }
+    }
+
+    #[test]
+    fn a_forwarded_group_is_overloaded_only_when_none_of_it_was_proposed() {
+        let ok = || Ok(Outcome::Configured);
+        assert_eq!(
+            group_answer(vec![ok(), ok()]).expect("all applied"),
+            vec![Outcome::Configured, Outcome::Configured]
+        );
+        assert!(matches!(
+            group_answer(vec![Err(overloaded()), Err(overloaded())]),
+            Err(NodeError::Overloaded {
+                retry_after_ms: 70,
+                ..
+            })
+        ));
+        // One command applied: "overloaded" would tell its caller nothing was proposed.
+        assert!(matches!(
+            group_answer(vec![ok(), Err(overloaded())]),
+            Err(NodeError::Unavailable(_))
+        ));
+        // Neither was applied, one may have been: sent again, at the new leader.
+        assert!(matches!(
+            group_answer(vec![Err(overloaded()), Err(NodeError::NotLeader(Some(2)))]),
+            Err(NodeError::NotLeader(Some(2)))
+        ));
+        assert!(matches!(
+            group_answer(vec![ok(), Err(NodeError::NotLeader(Some(2)))]),
+            Err(NodeError::Unavailable(_))
+        ));
+        assert!(matches!(
+            group_answer(vec![
+                Err(NodeError::NotLeader(Some(2))),
+                Err(NodeError::NotLeader(Some(2)))
+            ]),
+            Err(NodeError::NotLeader(Some(2)))
+        ));
+        assert!(matches!(
+            group_answer(vec![Err(NodeError::Timeout(5)), Err(NodeError::Timeout(5))]),
+            Err(NodeError::Unavailable(_))
+        ));
     }
 }

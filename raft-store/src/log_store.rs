@@ -253,6 +253,8 @@ impl Recent {
     }
 }
 
+const SYNC_TASK_STOPPED: &str = "the log's sync task has stopped";
+
 /// What the sync task is asked, in the order of the log's writes.
 enum SyncJob {
     /// Report these entries flushed once a sync after their write has returned.
@@ -341,35 +343,30 @@ impl RaftLogStore {
         locked(&self.recent)
     }
 
-    /// Hands `job` to the sync task, starting it if this is the first. A store whose
-    /// sync task is gone (only when the runtime is shutting down) reports the job done
-    /// without a sync: a flush is then reported as failed.
+    /// Hands `job` to the sync task, starting it if this is the first. When the task is
+    /// gone (the runtime is shutting down, or it panicked) a flush is reported as failed
+    /// and a barrier is never passed.
     fn sync_job(&self, job: SyncJob) {
         let jobs = self.syncer.get_or_init(|| {
             let (jobs, receiver) = mpsc::unbounded_channel();
             tokio::spawn(sync_appends(Arc::downgrade(&self.disk), receiver));
             jobs
         });
-        if let Err(mpsc::error::SendError(job)) = jobs.send(job) {
-            match job {
-                SyncJob::Flushed(callback) => {
-                    callback.io_completed(Err(io::Error::other("the log's sync task has stopped")))
-                }
-                SyncJob::Barrier(done) => {
-                    let _ = done.send(());
-                }
-            }
+        if let Err(mpsc::error::SendError(SyncJob::Flushed(callback))) = jobs.send(job) {
+            callback.io_completed(Err(io::Error::other(SYNC_TASK_STOPPED)));
         }
     }
 
-    /// Waits until every append before this call is reported flushed.
-    async fn synced_appends(&self) {
+    /// Waits until every append before this call is reported flushed; fails if the sync
+    /// task stopped, which may have left some unreported.
+    async fn synced_appends(&self) -> Result<(), StoreError> {
         if self.syncer.get().is_none() {
-            return;
+            return Ok(());
         }
         let (done, wait) = oneshot::channel();
         self.sync_job(SyncJob::Barrier(done));
-        let _ = wait.await;
+        wait.await
+            .map_err(|_| DiskError::Engine(SYNC_TASK_STOPPED.into()).into())
     }
 
     async fn read_meta<T: Send + 'static>(
@@ -395,7 +392,7 @@ impl RaftLogStore {
     /// Writes `batch` and syncs, in one trip to the blocking pool, once every append
     /// before it is reported flushed.
     async fn write_synced(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        self.synced_appends().await;
+        self.synced_appends().await?;
         let disk = self.disk.clone();
         blocking(move || {
             disk.write(batch)?;
