@@ -240,7 +240,8 @@ pub struct ProposerSettings {
     /// Entries proposed and not yet committed at once; commands arriving meanwhile wait
     /// and form the next batch.
     pub max_in_flight_batches: usize,
-    /// Commands waiting for a batch before callers are told the node is overloaded.
+    /// Commands waiting for a batch before callers are told the node is overloaded; at
+    /// least `admitted_calls_max`, so that admission, not this queue, turns calls away.
     pub queue_capacity: usize,
     /// How long a command may take from arrival to outcome before the caller is told to
     /// retry (with the same command id).
@@ -479,6 +480,13 @@ impl NodeConfig {
             return invalid(format!(
                 "proposer.admitted_calls_max must be in 1..={ADMITTED_CALLS_LIMIT}"
             ));
+        }
+        if p.queue_capacity < p.admitted_calls_max {
+            // Every admitted command fits the queue, so a command admitted is never turned
+            // away there: a forwarded group answered overloaded then proposed none of it.
+            return invalid(
+                "proposer.queue_capacity must be at least proposer.admitted_calls_max".into(),
+            );
         }
         if p.admitted_bytes_max < ADMITTED_BYTES_MIN || p.admitted_bytes_max > ADMITTED_BYTES_LIMIT
         {

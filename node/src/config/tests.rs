@@ -43,6 +43,7 @@ fn bad_configs_are_typed_errors() {
         format!("{MINIMAL}\n[raft]\nappend_timeout_ms = 10"),
         format!("{MINIMAL}\n[proposer]\nadmitted_calls_max = 0"),
         format!("{MINIMAL}\n[proposer]\nadmitted_bytes_max = 1024"),
+        format!("{MINIMAL}\n[proposer]\nqueue_capacity = 1000"),
         format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 0"),
         format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 600000"),
     ] {
