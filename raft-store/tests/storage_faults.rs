@@ -1,6 +1,7 @@
 //! Storage faults the log store survives rather than assumes away: a write torn by a
 //! power failure is cut at open, and a bit flipped in synced data is caught, named and
-//! never served; a disk in an older format is refused.
+//! never served; a disk in an older format is refused. A slow sync holds back only the
+//! reports that appends are flushed, never an append or the order of the reports.
 
 mod common;
 
@@ -13,8 +14,10 @@ use ledger_raft_store::disk::{Disk, DiskRef, Keyspace, SimDisk, TornValue, Write
 use ledger_raft_store::error::Location;
 use ledger_raft_store::types::Entry;
 use ledger_raft_store::{open, LedgerRuntime, RaftLogStore, StoreError};
-use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::storage::{IOFlushed, RaftLogStorage, RaftLogStorageExt};
 use openraft::{AsyncRuntime, RaftLogReader};
+use openraft_rt::Oneshot;
+use tokio::sync::oneshot::error::TryRecvError;
 
 fn entries(from: u64, to: u64) -> Vec<Entry> {
     (from..=to).map(|index| blank_entry(1, index)).collect()
@@ -356,4 +359,99 @@ fn reencoded_format(format: u8) -> Vec<u8> {
     }
     bytes.extend_from_slice(&(!crc).to_le_bytes());
     bytes
+}
+
+/// Lets held syncs go when dropped, also when a test fails while holding them.
+struct Release(Arc<GatedDisk>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.syncs_held.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Appends entries `from` and `from + 1`; the receiver gets their flush report.
+async fn append_two(
+    store: &mut RaftLogStore,
+    from: u64,
+) -> tokio::sync::oneshot::Receiver<Result<(), std::io::Error>> {
+    let (flushed, report) = <openraft_rt_tokio::TokioOneshot as Oneshot>::channel();
+    store
+        .append(entries(from, from + 1), IOFlushed::signal(flushed))
+        .await
+        .expect("written");
+    report
+}
+
+/// Appends return once their entries are readable, before the sync; the appends
+/// written while a sync runs share the next one; flushes are reported in the order of
+/// the appends, each after a sync that began after its write; a truncation waits until
+/// the appends before it are reported.
+#[test]
+fn appends_are_readable_at_once_and_reported_flushed_in_order_after_a_sync() {
+    LedgerRuntime::run(async {
+        let disk = GatedDisk::new(Arc::new(SimDisk::new()));
+        let _release = Release(disk.clone());
+        let mut store = RaftLogStore::new(disk.clone());
+        let syncs_started = |n: usize| {
+            let disk = disk.clone();
+            async move {
+                while disk.syncs_started.load(Ordering::SeqCst) < n {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        };
+
+        disk.syncs_held.store(true, Ordering::SeqCst);
+        let waited = std::time::Duration::from_secs(5);
+        let mut first = tokio::time::timeout(waited, append_two(&mut store, 1))
+            .await
+            .expect("an append returns before its sync");
+        syncs_started(1).await;
+        let mut second = append_two(&mut store, 3).await;
+        let mut third = append_two(&mut store, 5).await;
+        let readable = store.try_get_log_entries(1..7).await.expect("reads");
+        assert_eq!(
+            readable.len(),
+            6,
+            "written entries are readable before the sync"
+        );
+        for report in [&mut first, &mut second, &mut third] {
+            assert_eq!(report.try_recv().err(), Some(TryRecvError::Empty));
+        }
+        disk.syncs_held.store(false, Ordering::SeqCst);
+        for report in [first, second, third] {
+            report.await.expect("reported").expect("flushed");
+        }
+        assert_eq!(
+            disk.syncs_started.load(Ordering::SeqCst),
+            2,
+            "the two appends written during the first sync share the second"
+        );
+
+        disk.syncs_held.store(true, Ordering::SeqCst);
+        let mut fourth = append_two(&mut store, 7).await;
+        syncs_started(3).await;
+        let mut truncating = store.clone();
+        let truncated = tokio::spawn(async move {
+            truncating
+                .truncate_after(Some(log_id(1, 6)))
+                .await
+                .expect("truncated");
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(
+            !truncated.is_finished(),
+            "the truncation waits for the append before it"
+        );
+        assert_eq!(fourth.try_recv().err(), Some(TryRecvError::Empty));
+        disk.syncs_held.store(false, Ordering::SeqCst);
+        truncated.await.expect("truncation ran");
+        assert!(
+            matches!(fourth.try_recv(), Ok(Ok(()))),
+            "the append before the truncation was reported first"
+        );
+        let kept = stored(&mut store).await;
+        assert_eq!(kept, entries(1, 6), "the log ends where it was cut");
+    });
 }

@@ -198,15 +198,18 @@ impl DiskHarness for RocksHarness {
     }
 }
 
-/// A [`SimDisk`] behind three switches a test turns: writes fail, as if the power went,
+/// A [`SimDisk`] behind four switches a test turns: writes fail, as if the power went,
 /// once `writes_left` reaches zero (and so do syncs then); syncs return without syncing
 /// while `syncs` is off; syncs fail (an I/O error) while writes go on when `syncs_fail`
-/// is on. Reads go straight through.
+/// is on; syncs wait while `syncs_held` is on. `syncs_started` counts the syncs begun.
+/// Reads go straight through.
 pub struct GatedDisk {
     pub disk: Arc<SimDisk>,
     pub writes_left: AtomicUsize,
     pub syncs: AtomicBool,
     pub syncs_fail: AtomicBool,
+    pub syncs_held: AtomicBool,
+    pub syncs_started: AtomicUsize,
 }
 
 impl GatedDisk {
@@ -217,6 +220,8 @@ impl GatedDisk {
             writes_left: AtomicUsize::new(usize::MAX),
             syncs: AtomicBool::new(true),
             syncs_fail: AtomicBool::new(false),
+            syncs_held: AtomicBool::new(false),
+            syncs_started: AtomicUsize::new(0),
         })
     }
 
@@ -243,6 +248,10 @@ impl Disk for GatedDisk {
     }
 
     fn sync(&self) -> Result<(), DiskError> {
+        self.syncs_started.fetch_add(1, Ordering::SeqCst);
+        while self.syncs_held.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         if self.writes_left.load(Ordering::SeqCst) == 0 {
             return Err(Self::power_cut());
         }
