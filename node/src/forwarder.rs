@@ -38,7 +38,7 @@ use crate::config::ProposerSettings;
 use crate::error::NodeError;
 use crate::metrics::FORWARD_COMMANDS;
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
-use crate::proposer::approx_bytes;
+use crate::proposer::{answer_all, approx_bytes};
 use crate::wire::{self, ForwardRequest, ForwardResponse};
 
 /// Groups on their way to the leader at once. The leader proposes a group's commands in
@@ -220,18 +220,7 @@ async fn send(route: &Route, leader: u64, group: Vec<Waiting>) {
         Ok(other) => Err(unexpected(other)),
         Err(e) => Err(e),
     };
-    match result {
-        Ok(outcomes) => {
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                let _ = reply.send(Ok(outcome));
-            }
-        }
-        Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
-    }
+    answer_all(replies, result);
 }
 
 /// A leader's answer that does not fit the question.

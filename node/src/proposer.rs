@@ -137,6 +137,15 @@ async fn commit(raft: &Raft, time: &LedgerTime, batch: Vec<Pending>) {
         }),
     };
     tracing::debug!(commands = count, ok = result.is_ok(), "batch committed");
+    answer_all(replies, result);
+}
+
+/// Hands each waiting caller its outcome (`outcomes` in the callers' order), or every one
+/// of them the failure.
+pub(crate) fn answer_all(
+    replies: Vec<oneshot::Sender<Result<Outcome, NodeError>>>,
+    result: Result<Vec<Outcome>, NodeError>,
+) {
     match result {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
