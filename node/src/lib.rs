@@ -303,48 +303,42 @@ async fn listen(
     #[cfg(not(madsim))]
     {
         let listener = match bound {
-            Some(bound) => Some(
-                bound
-                    .set_nonblocking(true)
-                    .and_then(|()| tokio::net::TcpListener::from_std(bound))
-                    .map_err(|e| RunError::Server(format!("listener for {addr}: {e}")))?,
-            ),
-            None if security.tls().is_some() => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|e| RunError::Server(format!("bind {addr}: {e}")))?,
-            ),
-            None => None,
+            Some(bound) => bound
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(bound))
+                .map_err(|e| RunError::Server(format!("listener for {addr}: {e}")))?,
+            None => tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| RunError::Server(format!("bind {addr}: {e}")))?,
         };
-        let server_error = |e: tonic::transport::Error| RunError::Server(e.to_string());
-        match (listener, security.tls()) {
-            (Some(listener), Some(tls)) => {
+        let served = match security.tls() {
+            Some(tls) => {
                 let incoming = tls::incoming(listener, tls.clone());
-                return router
+                router
                     .serve_with_incoming_shutdown(incoming, shutdown)
                     .await
-                    .map_err(server_error);
             }
-            (Some(listener), None) => {
+            None => {
                 // Set here: the router's `tcp_nodelay` covers only listeners it binds.
                 let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-                return router
+                router
                     .serve_with_incoming_shutdown(incoming, shutdown)
                     .await
-                    .map_err(server_error);
             }
-            (None, _) => {}
-        }
+        };
+        served.map_err(|e| RunError::Server(e.to_string()))
     }
     #[cfg(madsim)]
-    if bound.is_some() {
-        return Err(RunError::Server(
-            "the simulated network takes no bound listener".into(),
-        ));
+    {
+        if bound.is_some() {
+            return Err(RunError::Server(
+                "the simulated network takes no bound listener".into(),
+            ));
+        }
+        let _ = security;
+        router
+            .serve_with_shutdown(addr, shutdown)
+            .await
+            .map_err(|e| RunError::Server(e.to_string()))
     }
-    let _ = security;
-    router
-        .serve_with_shutdown(addr, shutdown)
-        .await
-        .map_err(|e| RunError::Server(e.to_string()))
 }
