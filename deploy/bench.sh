@@ -12,6 +12,10 @@
 #      its clients putting new keys (256-byte values) instead of claiming effects.
 #   2. The ledger, 3 release nodes started by deploy/cluster.sh, loaded with ledger-load
 #      (claim + report of new effects) at each client count in CLIENTS.
+#   Then, for latency at the same offered load, both again in an open loop
+#      (`ledger-load --rate R`): R effects, or R etcd puts, started a second on a fixed
+#      schedule for each R in RATES, at most RATE_IN_FLIGHT unanswered, each latency
+#      counted from its scheduled start; a second table puts the two side by side.
 #   3. PostgreSQL 15, one server, a claim table keyed by effect key: pgbench runs a claim
 #      (INSERT ... ON CONFLICT DO NOTHING) then a report (UPDATE), each its own
 #      transaction with synchronous_commit=on and fsync=on, at the same client counts;
@@ -24,8 +28,9 @@
 # breakdown ends the results. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
 #
 # Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
-# (default "l"), BENCH_DIR (default .data/bench; etcd, ledger and PostgreSQL data all go
-# there), LEDGER_BASE_PORT (7400), ETCD_BASE_PORT (23700), PG_PORT (54329),
+# (default "l"), RATES (default "500 2000 5000"; empty for none), RATE_IN_FLIGHT (1024),
+# BENCH_DIR (default .data/bench; etcd, ledger and PostgreSQL data all go there),
+# LEDGER_BASE_PORT (7400), ETCD_BASE_PORT (23700), PG_PORT (54329),
 # PG_USER (postgres), SKIP ("etcd", "ledger" and/or "postgres" to leave out),
 # BENCH_PROFILE (release), BUILD (1; 0 uses the binaries already built).
 set -euo pipefail
@@ -34,6 +39,8 @@ source deploy/bench-lib.sh
 
 CLIENTS=${CLIENTS:-"1 16 64 256"}
 ETCD_LOADS=${ETCD_LOADS:-l}
+RATES=${RATES-"500 2000 5000"}
+RATE_IN_FLIGHT=${RATE_IN_FLIGHT:-1024}
 ETCD_BASE_PORT=${ETCD_BASE_PORT:-23700}
 PG_PORT=${PG_PORT:-54329}
 PG_USER=${PG_USER:-postgres}
@@ -42,6 +49,8 @@ SKIP=${SKIP:-}
 RESULTS=$BENCH_DIR/results.md
 ETCD_PIDS=()
 declare -A ETCD_P99=()
+# "p50 p99 p999 achieved/s failures" of each open-loop row, by rate.
+declare -A ETCD_AT=() LEDGER_AT=()
 STAGES=
 
 skipped() { [[ " $SKIP " == *" $1 "* ]]; }
@@ -117,6 +126,14 @@ run_etcd() {
     ETCD_P99[$c]=$(echo "$json" | json_field effect.p99_ms)
     ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures) |")
   done
+  local rate
+  for rate in $RATES; do
+    echo "== etcd: ledger-load --etcd --rate $rate, $SECONDS_PER_ROW s"
+    json=$("$BIN/ledger-load" --etcd --endpoints "$endpoints" --rate "$rate" \
+      --clients "$RATE_IN_FLIGHT" --seconds "$SECONDS_PER_ROW" --output json)
+    echo "$json" > "$BENCH_DIR/etcd-rate-$rate.json"
+    ETCD_AT[$rate]=$(open_loop_fields "$json")
+  done
   for pid in "${ETCD_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   ETCD_PIDS=()
 }
@@ -145,7 +162,39 @@ run_ledger() {
     per_s=$(echo "$json" | json_field effect.per_s)
     ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures)${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms} |")
   done
+  local rate
+  for rate in $RATES; do
+    echo "== ledger: --rate $rate, $SECONDS_PER_ROW s"
+    json=$(ledger_load --rate "$rate" --clients "$RATE_IN_FLIGHT" --seconds "$SECONDS_PER_ROW")
+    echo "$json" > "$BENCH_DIR/ledger-rate-$rate.json"
+    LEDGER_AT[$rate]=$(open_loop_fields "$json")
+  done
   ledger_cluster "$BENCH_DIR/ledger" stop
+}
+
+# "p50 p99 p999 achieved/s failures" of an open-loop run's JSON (failures counts
+# back-pressure too).
+open_loop_fields() {
+  local json=$1
+  echo "$(echo "$json" | json_field effect.p50_ms) $(echo "$json" | json_field effect.p99_ms)" \
+    "$(echo "$json" | json_field effect.p999_ms) $(echo "$json" | json_field effect.per_s)" \
+    "$(($(echo "$json" | json_field failures) + $(echo "$json" | json_field back_pressure)))"
+}
+
+# The open-loop table: etcd puts and ledger effects at each rate, side by side.
+open_loop_table() {
+  local rate e l
+  echo "| offered per s | etcd put p50 / p99 / p999 ms | etcd puts/s done | ledger effect p50 / p99 / p999 ms | ledger effects/s done | ledger p99 / etcd p99 | failed calls etcd / ledger |"
+  echo "|---|---|---|---|---|---|---|"
+  for rate in $RATES; do
+    read -r -a e <<< "${ETCD_AT[$rate]:-? ? ? ? ?}"
+    read -r -a l <<< "${LEDGER_AT[$rate]:-? ? ? ? ?}"
+    echo "| $rate | ${e[0]} / ${e[1]} / ${e[2]} | ${e[3]} | ${l[0]} / ${l[1]} / ${l[2]} | ${l[3]} | $(p99_ratio "${l[1]}" "${e[1]}") | ${e[4]} / ${l[4]} |"
+  done
+}
+
+p99_ratio() {
+  python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}x')" "$1" "$2" 2>/dev/null || echo "n/a"
 }
 
 # --- PostgreSQL -------------------------------------------------------------------------
@@ -228,6 +277,14 @@ skipped postgres || run_postgres
   echo "| system | clients | throughput | p50 ms | p99 ms | p999 ms | ratio to etcd writes/s | notes |"
   echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
+  if [ -n "$RATES" ] && { ! skipped etcd || ! skipped ledger; }; then
+    echo
+    echo "The same offered load (open loop, \`ledger-load --rate\`, at most $RATE_IN_FLIGHT in"
+    echo "flight; latency from each operation's scheduled start; an effect is a claim and its"
+    echo "report, two replicated commands, an etcd put one):"
+    echo
+    open_loop_table
+  fi
   if [ -n "$STAGES" ]; then
     echo
     echo "Where a ledger effect's time went (node metrics over the run; every client count's"

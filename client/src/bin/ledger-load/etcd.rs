@@ -89,6 +89,23 @@ pub async fn puts(channel: Channel, c: u64, run_id: u128, deadline: Instant) -> 
     s
 }
 
+/// Put `seq` of an open loop, due at `scheduled`: its latency counts from then.
+pub async fn scheduled_put(
+    channel: Channel,
+    run_id: u128,
+    seq: u64,
+    scheduled: Instant,
+) -> Samples {
+    let mut s = Samples::default();
+    let waited = scheduled.elapsed();
+    let key = format!("/ledger-load/{run_id}/rate/{seq}").into_bytes();
+    match put(channel, key).await {
+        Ok(took) => s.effect.push((waited + took).as_micros() as u64),
+        Err(f) => s.fail(f),
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;

@@ -14,6 +14,13 @@
 //!
 //! With `--etcd` the endpoints are etcd members and each client puts new keys instead
 //! (see `etcd`), for a reference measured the same way at the same client counts.
+//!
+//! By default each client starts its next effect when the last one is answered (a closed
+//! loop: the offered load follows the system's speed). With `--rate R` effects start on a
+//! fixed schedule instead, R a second whatever the answers (an open loop, at most
+//! `--clients` in flight), and each latency counts from the effect's scheduled start, so
+//! an effect that waited for a free client or behind a slow one is not measured as fast.
+//! That is how two systems are compared at the same offered load.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +52,11 @@ struct Options {
     /// Concurrent clients during the measurement.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     clients: u32,
+    /// Open loop: start this many effects (or etcd puts) a second on a fixed schedule,
+    /// whatever the answers, with at most `--clients` in flight; latencies count from
+    /// each one's scheduled start.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rate: Option<u32>,
     /// Length of the measurement, in seconds.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
@@ -246,14 +258,26 @@ async fn run(o: Options) -> Result<(), String> {
     };
 
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(o.seconds);
-    let tasks: Vec<_> = (0..u64::from(o.clients))
-        .map(|c| {
-            let (client, o) = (client.clone(), o.clone());
-            tokio::spawn(async move { effects(client, c, run_id, deadline, o).await })
-        })
-        .collect();
-    let mut samples = merged(tasks).await?;
+    let mut samples = match o.rate {
+        Some(rate) => {
+            let (client, o2) = (client.clone(), o.clone());
+            open_loop(rate, o.clients, o.seconds, move |seq, scheduled| {
+                let (client, o) = (client.clone(), o2.clone());
+                async move { scheduled_effect(&client, &o, run_id, seq, scheduled).await }
+            })
+            .await?
+        }
+        None => {
+            let deadline = started + Duration::from_secs(o.seconds);
+            let tasks: Vec<_> = (0..u64::from(o.clients))
+                .map(|c| {
+                    let (client, o) = (client.clone(), o.clone());
+                    tokio::spawn(async move { effects(client, c, run_id, deadline, o).await })
+                })
+                .collect();
+            merged(tasks).await?
+        }
+    };
     let effects_s = started.elapsed().as_secs_f64();
 
     let mut reference_s = 0.0;
@@ -273,6 +297,7 @@ async fn run(o: Options) -> Result<(), String> {
     let report = Summary {
         target: Target::Ledger,
         clients: o.clients,
+        rate: o.rate,
         nodes: o.endpoints.len(),
         reference: !o.no_reference,
         preload,
@@ -287,17 +312,29 @@ async fn run_etcd(o: Options) -> Result<(), String> {
     let channels = etcd::channels(&o.endpoints)?;
     let run_id = run_id();
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(o.seconds);
-    let tasks: Vec<_> = (0..u64::from(o.clients))
-        .map(|c| {
-            let channel = channels[c as usize % channels.len()].clone();
-            tokio::spawn(etcd::puts(channel, c, run_id, deadline))
-        })
-        .collect();
-    let mut samples = merged(tasks).await?;
+    let mut samples = match o.rate {
+        Some(rate) => {
+            open_loop(rate, o.clients, o.seconds, move |seq, scheduled| {
+                let channel = channels[seq as usize % channels.len()].clone();
+                etcd::scheduled_put(channel, run_id, seq, scheduled)
+            })
+            .await?
+        }
+        None => {
+            let deadline = started + Duration::from_secs(o.seconds);
+            let tasks: Vec<_> = (0..u64::from(o.clients))
+                .map(|c| {
+                    let channel = channels[c as usize % channels.len()].clone();
+                    tokio::spawn(etcd::puts(channel, c, run_id, deadline))
+                })
+                .collect();
+            merged(tasks).await?
+        }
+    };
     let report = Summary {
         target: Target::Etcd,
         clients: o.clients,
+        rate: o.rate,
         nodes: o.endpoints.len(),
         reference: false,
         preload: None,
@@ -417,6 +454,83 @@ async fn effects(
     s
 }
 
+/// When operation `seq` of an open loop at `rate` a second is due, after `start`.
+fn scheduled_at(start: Instant, rate: u32, seq: u64) -> Instant {
+    start + Duration::from_nanos(seq.saturating_mul(1_000_000_000) / u64::from(rate))
+}
+
+/// `--rate`: starts operation `seq` (from 0) at its scheduled time for `seconds`, `rate` a
+/// second, with at most `in_flight` unanswered; `op(seq, scheduled)` measures from
+/// `scheduled`. An operation due while `in_flight` are unanswered starts once one is,
+/// and the ones after it start late too: their wait is in their latency, as it would be
+/// for a caller who does not wait for the ledger before asking.
+async fn open_loop<F, Fut>(
+    rate: u32,
+    in_flight: u32,
+    seconds: u64,
+    op: F,
+) -> Result<Samples, String>
+where
+    F: Fn(u64, Instant) -> Fut,
+    Fut: std::future::Future<Output = Samples> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(in_flight as usize));
+    let mut running = tokio::task::JoinSet::new();
+    let mut samples = Samples::default();
+    let start = Instant::now();
+    for seq in 0..u64::from(rate).saturating_mul(seconds) {
+        let scheduled = scheduled_at(start, rate, seq);
+        tokio::time::sleep_until(scheduled.into()).await;
+        let slot = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| format!("in-flight slots closed: {e}"))?;
+        let operation = op(seq, scheduled);
+        running.spawn(async move {
+            let done = operation.await;
+            drop(slot);
+            done
+        });
+        while let Some(done) = running.try_join_next() {
+            samples.merge(done.map_err(|e| format!("an operation's task failed: {e}"))?);
+        }
+    }
+    while let Some(done) = running.join_next().await {
+        samples.merge(done.map_err(|e| format!("an operation's task failed: {e}"))?);
+    }
+    Ok(samples)
+}
+
+/// Effect `seq` of an open loop, due at `scheduled`: its latencies count from then.
+async fn scheduled_effect(
+    client: &LedgerClient,
+    o: &Options,
+    run_id: u128,
+    seq: u64,
+    scheduled: Instant,
+) -> Samples {
+    let mut s = Samples::default();
+    let effect = Effect {
+        options: o,
+        run_id,
+        phase: "rate",
+        // As many workflows as a closed loop of `--clients` has.
+        client: seq % u64::from(o.clients),
+        seq,
+    };
+    let waited = scheduled.elapsed();
+    match claim_and_report(client, &effect).await {
+        Ok((claim, total)) => {
+            s.claim.push((waited + claim).as_micros() as u64);
+            s.report.push((total - claim).as_micros() as u64);
+            s.effect.push((waited + total).as_micros() as u64);
+        }
+        Err(f) => s.fail(f),
+    }
+    s
+}
+
 async fn statuses(client: LedgerClient, deadline: Instant) -> Samples {
     let mut s = Samples::default();
     while Instant::now() < deadline {
@@ -490,6 +604,48 @@ mod tests {
             "0",
         ]);
         assert!(zero.is_err());
+    }
+
+    #[test]
+    fn an_open_loop_schedules_evenly_from_its_start() {
+        let start = Instant::now();
+        assert_eq!(scheduled_at(start, 4, 0), start);
+        assert_eq!(
+            scheduled_at(start, 4, 3),
+            start + Duration::from_millis(750)
+        );
+        assert_eq!(
+            scheduled_at(start, 3, 1),
+            start + Duration::from_nanos(333_333_333)
+        );
+        assert_eq!(scheduled_at(start, 1, 60), start + Duration::from_secs(60));
+    }
+
+    /// 40 operations of 50 ms each, due over one second: one at a time they take two, and
+    /// the last ones' latencies include the second they waited past their schedule; with
+    /// room for all, none waits.
+    #[tokio::test]
+    async fn an_open_loop_counts_the_wait_for_a_free_slot_in_the_latency() {
+        let op = |_seq, scheduled: Instant| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let mut s = Samples::default();
+            s.effect.push(scheduled.elapsed().as_micros() as u64);
+            s
+        };
+        let one_at_a_time = open_loop(40, 1, 1, op).await.unwrap();
+        assert_eq!(one_at_a_time.effect.len(), 40);
+        let slowest = one_at_a_time.effect.iter().max().copied().unwrap();
+        assert!(
+            slowest >= 900_000,
+            "the last waited about 1 s, measured {slowest} us"
+        );
+        let all_at_once = open_loop(40, 40, 1, op).await.unwrap();
+        assert_eq!(all_at_once.effect.len(), 40);
+        let slowest = all_at_once.effect.iter().max().copied().unwrap();
+        assert!(
+            slowest < 500_000,
+            "none waited for a slot, measured {slowest} us"
+        );
     }
 
     #[test]

@@ -134,8 +134,11 @@ pub enum Target {
 pub struct Summary {
     /// What was loaded.
     pub target: Target,
-    /// Concurrent clients measured.
+    /// Concurrent clients measured (with `rate`, the most in flight).
     pub clients: u32,
+    /// The open loop's schedule, effects (or puts) started a second; none for a closed
+    /// loop.
+    pub rate: Option<u32>,
     /// Endpoints the clients were given.
     pub nodes: usize,
     /// Whether the reference row was measured.
@@ -186,10 +189,16 @@ impl Summary {
             Target::Ledger => ("claim+report", "node(s)"),
             Target::Etcd => ("puts", "etcd member(s)"),
         };
-        println!(
-            "{} clients, {:.1} s of {what} on {} {on}\n",
-            self.clients, self.effects_s, self.nodes
-        );
+        match self.rate {
+            Some(rate) => println!(
+                "{rate}/s offered (at most {} in flight), {:.1} s of {what} on {} {on}\n",
+                self.clients, self.effects_s, self.nodes
+            ),
+            None => println!(
+                "{} clients, {:.1} s of {what} on {} {on}\n",
+                self.clients, self.effects_s, self.nodes
+            ),
+        }
         println!(
             "{:<34} {:>8} {:>10} {:>9} {:>9} {:>9}",
             "operation", "count", "per s", "p50 ms", "p99 ms", "p999 ms"
@@ -223,6 +232,7 @@ impl Summary {
                 Target::Etcd => "etcd",
             },
             "clients": self.clients,
+            "rate": self.rate,
             "seconds": round2(self.effects_s),
             "nodes": self.nodes,
             "preload": self.preload.as_ref().map(|p| json!({
