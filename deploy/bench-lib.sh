@@ -130,6 +130,7 @@ rows = [
     ("leader: log write", [leader], "ledger_log_write_seconds", None, "append"),
     ("leader: log sync (fsync)", [leader], "ledger_log_sync_seconds", None, "sync"),
     ("leader: AppendEntries round trip", [leader], "ledger_replicate_seconds", None, "call"),
+    ("followers: AppendEntries served (decoded to answered)", followers, "ledger_append_served_seconds", None, "call"),
     ("leader: apply", [leader], "ledger_apply_seconds", None, "entry"),
     ("followers: log write", followers, "ledger_log_write_seconds", None, "append"),
     ("followers: log sync (fsync)", followers, "ledger_log_sync_seconds", None, "sync"),

@@ -51,6 +51,10 @@ pub const FORWARD_COMMANDS: &str = "ledger_forward_commands";
 /// Seconds of one AppendEntries call carrying entries, to the follower's answer (it has
 /// written and synced them), by follower.
 pub const REPLICATE_SECONDS: &str = "ledger_replicate_seconds";
+/// Seconds a follower takes to serve one AppendEntries carrying entries, from the decoded
+/// request to its answer (the entries written and synced): the follower's share of the
+/// leader's [`REPLICATE_SECONDS`]; the rest is the network and the gRPC at both ends.
+pub const APPEND_SERVED_SECONDS: &str = "ledger_append_served_seconds";
 /// Seconds to serve one ledger command on this node (routing to the leader, the
 /// command's Raft round, the answer), by command and result. Calls refused before they
 /// are a command (unauthenticated, malformed) are answered at once and not counted.
@@ -161,7 +165,7 @@ pub fn result_label(result: &Result<Outcome, NodeError>) -> &'static str {
 }
 
 /// Every metric of the node with its unit and help text.
-const DESCRIPTIONS: [(&str, Unit, &str); 6] = [
+const DESCRIPTIONS: [(&str, Unit, &str); 7] = [
     (
         QUEUE_SECONDS,
         Unit::Seconds,
@@ -186,6 +190,11 @@ const DESCRIPTIONS: [(&str, Unit, &str); 6] = [
         REPLICATE_SECONDS,
         Unit::Seconds,
         "one AppendEntries call carrying entries, until the follower has them synced",
+    ),
+    (
+        APPEND_SERVED_SECONDS,
+        Unit::Seconds,
+        "one AppendEntries carrying entries served by this follower, decoded to answered",
     ),
     (
         CALL_SECONDS,

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use ledger_proto::pb;
 use ledger_raft_store::{blocking, SnapshotData, SnapshotReceiver, StoreError, TypeConfig};
 
+use crate::metrics::{Stopwatch, APPEND_SERVED_SECONDS};
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::LedgerNode;
 use crate::wire::{self, ForwardRequest};
@@ -87,6 +88,8 @@ impl pb::raft_server::Raft for RaftService {
     ) -> Result<Response<pb::RaftMessage>, Status> {
         self.check(&request)?;
         let rpc: AppendEntriesRequest<C> = decode(request)?;
+        let started = Stopwatch::start();
+        let carries_entries = !rpc.entries.is_empty();
         // Learn the leader's stamps as they arrive, not once applied: a follower applies
         // an entry only when it hears it is committed, which after a leader's crash is
         // only once the next leader is elected, seconds later (see `stamp_bound`).
@@ -106,7 +109,11 @@ impl pb::raft_server::Raft for RaftService {
         if let Some((stamp, current_term)) = latest {
             self.node.time.observe_received(&stamp, current_term);
         }
-        reply(&flatten(self.node.raft.append_entries(rpc).await))
+        let answer = flatten(self.node.raft.append_entries(rpc).await);
+        if carries_entries {
+            metrics::histogram!(APPEND_SERVED_SECONDS).record(started.elapsed());
+        }
+        reply(&answer)
     }
 
     async fn vote(

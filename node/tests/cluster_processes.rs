@@ -423,6 +423,7 @@ async fn metrics_show_where_a_commands_time_goes() {
     for series in [
         "ledger_log_sync_seconds_count",
         "ledger_apply_seconds_count",
+        "ledger_append_served_seconds_count",
     ] {
         assert!(
             sample(&page, series).unwrap_or(0.0) > 0.0,
