@@ -49,9 +49,18 @@
 //! once ledger time plus the skew covers the upper bound: the lag is made up as far as
 //! ledger time can tell.
 //!
-//! While a node is in step its wall clock plays no part here beyond what ledger time
-//! takes of it, so a leader whose wall clock is days ahead but whose ledger time is
-//! bounded changes no horizon.
+//! Whatever its state, a leader's upper bound is never below its own wall clock plus the
+//! skew ([`RealTimeBound::read`]). In step, ledger time can still lag real time: a
+//! follower anchors it on a stamp when the stamp arrives, and one delivered late (the
+//! entry was on its way while the machines paused) holds ledger time back by the delay,
+//! which no clock tells apart from a slow leader; elected, that node would judge horizons
+//! by ledger time plus the skew, and re-send a key its provider has forgotten. Its wall
+//! clock, right within the skew as the in-step rule already assumes of a stamping leader,
+//! covers that. A wall clock wrongly ahead then only makes horizons pass early (the
+//! effects are reconciled or escalated, never re-sent) and bounds nothing else: ledger
+//! time stays bounded, and the upper bound it raises is not carried on to other nodes
+//! ([`RealTimeBound::observe`] takes a lag only from a stamp whose lower bound is above
+//! ledger time too), so it ends with that leader's term.
 //!
 //! # What it assumes, and cannot see
 //!
@@ -69,7 +78,8 @@
 //!   delay, as it makes ledger time late.
 //! - Monotonic clocks are taken to run at the rate of real time, as for ledger time.
 //! - Ledger time lagging for another reason while every node ran (a stamp delivered long
-//!   after it was made, across a pause) is not an unmeasured outage and is not seen here.
+//!   after it was made, across a pause) is not an unmeasured outage: the node stays in
+//!   step, and only its own wall clock (above) keeps its upper bound honest.
 //!
 //! # Caller duties
 //!
@@ -170,17 +180,20 @@ impl RealTimeBound {
 
     /// The bounds on real time for a stamp at ledger time `ledger_ms`, with the wall and
     /// monotonic clocks read now. The lower is never below `ledger_ms`, the upper never
-    /// below `ledger_ms` plus the skew.
+    /// below `ledger_ms` plus the skew, nor below this node's wall clock plus the skew:
+    /// whatever the state, a wall clock that says more time has passed is a witness, and
+    /// one that is wrongly ahead only makes horizons pass early.
     pub fn read(&self, ledger_ms: u64, wall_ms: u64, monotonic_ms: u64) -> (u64, u64) {
         let in_step_max_ms = ledger_ms.saturating_add(self.skew_ms_max);
+        let witnessed_max_ms = wall_ms.saturating_add(self.skew_ms_max);
         let (min_ms, max_ms) = match self.state {
-            State::InStep => (ledger_ms, in_step_max_ms),
-            // Not settled (a node stamps only after asking its peers): its own wall clock
-            // is the only witness, and one that may be ahead raises only the upper bound.
-            State::Unmeasured => (ledger_ms, wall_ms.saturating_add(self.skew_ms_max)),
+            State::InStep | State::Unmeasured => (ledger_ms, in_step_max_ms),
             State::Lagging(bounds) => bounds.at(monotonic_ms),
         };
-        (min_ms.max(ledger_ms), max_ms.max(in_step_max_ms))
+        (
+            min_ms.max(ledger_ms),
+            max_ms.max(in_step_max_ms).max(witnessed_max_ms),
+        )
     }
 
     /// Learns that ledger time reached `ledger_ms` by `monotonic_ms`: once it plus the
@@ -195,12 +208,18 @@ impl RealTimeBound {
 
     /// Learns the bounds of another leader's stamp as it arrives at `monotonic_ms`;
     /// `current_term` says the entry was made in the term of the leader sending it. A
-    /// stamp that shows a lag (an upper bound beyond ledger time plus the skew) makes this
-    /// node lagging (widening what it knew: the larger lower bound, the larger upper
-    /// bound). One that shows none makes an unmeasured node in step if its leader made it
-    /// in this term (it settled before stamping); an older entry says nothing about now.
+    /// stamp that shows a lag (a lower bound above ledger time and an upper bound beyond
+    /// ledger time plus the skew) makes this node lagging (widening what it knew: the
+    /// larger lower bound, the larger upper bound). One that shows none makes an
+    /// unmeasured node in step if its leader made it in this term (it settled before
+    /// stamping); an older entry says nothing about now. An upper bound raised alone is
+    /// its leader's wall clock as a witness ([`RealTimeBound::read`]): that leader judged
+    /// by it, and each leader judges by its own; carried on, one clock wrongly ahead would
+    /// hold horizons passed on every node for good.
     pub fn observe(&mut self, stamp: &Stamp, current_term: bool, monotonic_ms: u64) {
-        if stamp.real_ms_max <= stamp.ledger_ms.saturating_add(self.skew_ms_max) {
+        if stamp.real_ms_min <= stamp.ledger_ms
+            || stamp.real_ms_max <= stamp.ledger_ms.saturating_add(self.skew_ms_max)
+        {
             if current_term && self.state == State::Unmeasured {
                 self.state = State::InStep;
             }

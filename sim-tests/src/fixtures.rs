@@ -76,6 +76,11 @@ pub struct ClusterSettings {
     /// How far ledger time may run ahead of the simulator's clock in this run (ms): zero
     /// while every node's clock is right; the checkers that compare the two allow it.
     pub ledger_time_lead_ms_max: u64,
+    /// How far a node's wall clock may run ahead of the simulator's clock in this run
+    /// (ms), a wrong clock included. A leader's upper bound on real time is never below
+    /// its wall clock plus the skew (`ledger_node::real_time`), so horizons may be judged
+    /// passed that much early; the linearizability checker allows it.
+    pub wall_clock_lead_ms_max: u64,
 }
 
 impl ClusterSettings {
@@ -95,6 +100,7 @@ impl ClusterSettings {
             clock_skew_ms_max: CLOCK_SKEW_MS_MAX_DEFAULT,
             clock_offset_ms_max: 0,
             ledger_time_lead_ms_max: 0,
+            wall_clock_lead_ms_max: 0,
         }
     }
 

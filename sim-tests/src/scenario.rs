@@ -66,6 +66,10 @@ impl Run {
         let clock_slack = ClockSlack {
             lag_ms: LAG_MS_MAX,
             lead_ms: settings.ledger_time_lead_ms_max,
+            real_max_lead_ms: settings
+                .wall_clock_lead_ms_max
+                .max(settings.ledger_time_lead_ms_max)
+                .saturating_add(settings.clock_skew_ms_max),
         };
         let cluster = Cluster::start(settings, trace.clone());
         let sampler = Sampler::start(cluster.clone());

@@ -87,6 +87,17 @@
 //!   earlier horizon deadline, and found no linearization for 32 (and 2) ordinary
 //!   histories. The model now takes a grant's earliest real time from its horizon
 //!   deadline, and refuses one later than the answer (`linearize::tests`).
+//! - `a_late_stamp_does_not_hide_real_time_from_a_new_leader` (seed 2653, the 10,000-seed
+//!   sweep after the log's syncs left openraft's path): a refund's tool server died as
+//!   its refund landed; a 26 s clock jump (every machine paused) caught an entry on its
+//!   way to a follower, which anchored ledger time on its stamp when it arrived, and was
+//!   then elected while its leader was cut off. In step, it stamped real time as at most
+//!   ledger time plus the skew, 26 s behind real time, so the retry on another instance
+//!   was granted a keyed re-send 32 s after the provider first saw the key, which it had
+//!   forgotten at 30 s: two refunds. A leader's upper bound on real time is now never
+//!   below its own wall clock plus the skew (`ledger_node::real_time`, unit test
+//!   `a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time`): the
+//!   re-send is told `horizon_passed` and reconciliation finds the refund.
 
 #![cfg(madsim)]
 
@@ -166,7 +177,18 @@ const GRANT_REAL_TIME: Scenario = Scenario {
     default_seeds: &[8399, 9751],
 };
 
+const LATE_STAMP: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "a_late_stamp_does_not_hide_real_time_from_a_new_leader",
+    default_seeds: &[2653],
+};
+
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_late_stamp_does_not_hide_real_time_from_a_new_leader() {
+    seeds::run(&LATE_STAMP, scenario);
+}
 
 #[test]
 fn checker_takes_a_grants_real_time_from_its_horizon() {

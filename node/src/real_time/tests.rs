@@ -101,9 +101,70 @@ fn a_restart_a_running_peer_measured_stays_in_step_whatever_the_wall_clock() {
     real.settle(&peers, T0 + 5, REAL_MS + 8 * DAY_MS, SETTLED_AT_MS);
     assert_eq!(real.view(SETTLED_AT_MS), RealView::InStep);
     assert_eq!(
-        real.read(T0 + 5, REAL_MS + 8 * DAY_MS, SETTLED_AT_MS),
+        real.read(T0 + 5, T0 + 5, SETTLED_AT_MS),
         (T0 + 5, T0 + 5 + SKEW_MS),
         "in step: ledger time, and ledger time plus the skew"
+    );
+    // Its own wall clock eight days ahead still raises the upper bound it stamps (every
+    // horizon passes early: reconciled or escalated, never re-sent), and nothing else.
+    assert_eq!(
+        real.read(T0 + 5, REAL_MS + 8 * DAY_MS, SETTLED_AT_MS),
+        (T0 + 5, REAL_MS + 8 * DAY_MS + SKEW_MS),
+    );
+    assert_eq!(real.view(SETTLED_AT_MS), RealView::InStep);
+}
+
+/// Seed 2653 of the randomized simulation: a follower received its leader's stamp 26 s
+/// after it was made (the entry was on its way while every machine paused), anchored
+/// ledger time on it, and was elected. Its ledger time then lagged real time by 26 s
+/// while it was in step, and with the upper bound at ledger time plus the skew a keyed
+/// refund was re-sent 32 s after the provider first saw its key, 2 s after the provider
+/// forgot it: two refunds. Its wall clock knew better.
+#[test]
+fn a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time() {
+    const PAUSE_MS: u64 = 26_000;
+    // The stamp was made at T0 and received, in step, after the pause.
+    let mut bound = StampBound::new(SKEW_MS, 0, 0);
+    let mut real = RealTimeBound::new(SKEW_MS);
+    let received_at_ms = 1_000 + PAUSE_MS;
+    bound.observe(T0, received_at_ms);
+    real.observe(&Stamp::at(T0), true, received_at_ms);
+    assert_eq!(real.view(received_at_ms), RealView::InStep);
+    // Elected 3 s later, it stamps with a wall clock that is right.
+    let now_ms = received_at_ms + 3_000;
+    let real_now_ms = T0 + PAUSE_MS + 3_000;
+    let (stamp, reading) = stamp_with(&mut bound, &mut real, real_now_ms, now_ms);
+    assert!(reading.clamped, "ledger time is held to the late anchor");
+    assert!(
+        stamp.ledger_ms <= real_now_ms - PAUSE_MS + SKEW_MS,
+        "ledger time lags by the pause: {stamp:?}"
+    );
+    assert!(
+        stamp.real_ms_max >= real_now_ms,
+        "the upper bound {} is before real time {real_now_ms}",
+        stamp.real_ms_max
+    );
+    assert_eq!(
+        stamp.real_ms_min, stamp.ledger_ms,
+        "horizons start no later"
+    );
+}
+
+#[test]
+fn a_leaders_wall_clock_raising_only_the_upper_bound_is_not_carried_on() {
+    let mut follower = RealTimeBound::new(SKEW_MS);
+    // Its leader's wall clock was a day ahead: it stamped ledger time as its lower
+    // bound and its clock as its upper.
+    let witnessed = Stamp {
+        ledger_ms: T0,
+        real_ms_min: T0,
+        real_ms_max: T0 + DAY_MS,
+    };
+    follower.observe(&witnessed, true, 1_000);
+    assert_eq!(follower.view(1_000), RealView::InStep);
+    assert_eq!(
+        follower.read(T0 + 10, T0 + 10, 1_010),
+        (T0 + 10, T0 + 10 + SKEW_MS)
     );
 }
 
@@ -228,7 +289,7 @@ fn a_leader_stamps_lagging_ledger_time_with_real_time_bounds_after_a_cold_start(
         ..unmeasured_peer(T0 + 1_000)
     };
     in_step.settle(&[vouching], T0 + 1_000, T0 + 8 * DAY_MS, 1_050);
-    let (stamp, reading) = stamp_with(&mut bound, &mut in_step, T0 + 8 * DAY_MS, 1_050);
+    let (stamp, reading) = stamp_with(&mut bound, &mut in_step, T0 + 1_000, 1_050);
     assert_eq!(
         stamp,
         Stamp {
@@ -237,4 +298,11 @@ fn a_leader_stamps_lagging_ledger_time_with_real_time_bounds_after_a_cold_start(
             real_ms_max: reading.at_ms + SKEW_MS,
         }
     );
+    // With its wall clock eight days ahead, ledger time is bounded as before; only the
+    // upper bound of real time follows the clock.
+    let (ahead, reading) = stamp_with(&mut bound, &mut in_step, T0 + 8 * DAY_MS, 1_060);
+    assert!(reading.clamped);
+    assert_eq!(ahead.real_ms_min, ahead.ledger_ms);
+    assert_eq!(ahead.real_ms_max, T0 + 8 * DAY_MS + SKEW_MS);
+    assert!(ahead.ledger_ms <= T0 + 1_000 + 10 + SKEW_MS);
 }

@@ -41,6 +41,10 @@ pub struct ClockSlack {
     /// Ledger time ahead of the simulator's clock (ms): zero while every node's clock is
     /// right.
     pub lead_ms: u64,
+    /// How far a leader's upper bound on real time may be ahead of the simulator's clock
+    /// (ms): it is never below the leader's wall clock plus the skew
+    /// (`ledger_node::real_time`), and a wall clock may be wrong by days.
+    pub real_max_lead_ms: u64,
 }
 
 /// Largest lag of ledger time the checker allows: longer than any outage of a whole

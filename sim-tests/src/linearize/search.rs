@@ -155,14 +155,18 @@ impl<'a> Search<'a> {
             let Some(stamp) = stamp_for(op, model, at, self.slack) else {
                 continue;
             };
-            let outcome = next.apply_stamped(&command, stamp);
-            let matches = match &op.answer {
-                Some((_, Answer::Outcome(real))) => same_outcome(&outcome, real),
-                Some((_, Answer::Record(_))) => false,
-                None => true,
-            };
-            if matches {
-                successors.push((next, at));
+            for stamp in with_upper_bounds(stamp, op, &next, self.slack) {
+                let mut applied = next.clone();
+                let outcome = applied.apply_stamped(&command, stamp);
+                let matches = match &op.answer {
+                    Some((_, Answer::Outcome(real))) => same_outcome(&outcome, real),
+                    Some((_, Answer::Record(_))) => false,
+                    None => true,
+                };
+                let known = successors.iter().any(|(l, t)| *t == at && *l == applied);
+                if matches && !known {
+                    successors.push((applied, at));
+                }
             }
         }
         successors
@@ -276,6 +280,52 @@ fn stamp_for(op: &Op, model: &Ledger, at: u64, slack: ClockSlack) -> Option<Stam
         real_ms_min,
         real_ms_max: real_ms_min,
     })
+}
+
+/// `stamp` with each upper bound on real time its leader may have stamped that can change
+/// the outcome. A leader's upper bound is never below its own wall clock plus the skew, and
+/// a wall clock may be wrong by days (`ledger_node::real_time`): a keyed re-send may have
+/// been judged past its horizon, an irreversible tool's ambiguous observation escalated,
+/// at any upper bound up to the most the run's clocks allow ([`ClockSlack`]). Tried are
+/// the stamp as it is, that furthest bound, and the one an answer shows exactly: a re-send
+/// whose lease, or a heartbeat whose refusal, ends where real time may reach the re-send
+/// deadline (`Stamp::ledger_ms_before`).
+fn with_upper_bounds(stamp: Stamp, op: &Op, model: &Ledger, slack: ClockSlack) -> Vec<Stamp> {
+    let mut stamps = vec![stamp];
+    let seen_ms = op
+        .answer
+        .as_ref()
+        .map_or(stamp.ledger_ms.saturating_add(slack.lag_ms), |(t, _)| *t);
+    let furthest_ms = seen_ms.saturating_add(slack.real_max_lead_ms);
+    let shown_ms = model
+        .get(&op.key)
+        .and_then(|record| record.resend_deadline_ms())
+        .zip(op.answer.as_ref().and_then(|(_, a)| shown_lease_until(a)))
+        .map(|(deadline_ms, until_ms)| {
+            stamp
+                .ledger_ms
+                .saturating_add(deadline_ms.saturating_sub(until_ms))
+        });
+    for real_ms_max in shown_ms.into_iter().chain([furthest_ms]) {
+        if real_ms_max > stamp.real_ms_max && real_ms_max <= furthest_ms {
+            stamps.push(Stamp {
+                real_ms_max,
+                ..stamp
+            });
+        }
+    }
+    stamps
+}
+
+/// The end of a lease an answer names: a grant's, or the one a refusal says ran out.
+fn shown_lease_until(answer: &Answer) -> Option<u64> {
+    match answer {
+        Answer::Outcome(Outcome::Refused(ledger_core::Refusal::LeaseExpired {
+            lease_until_ms,
+        })) => Some(*lease_until_ms),
+        Answer::Outcome(outcome) => grant_of(outcome).map(|g| g.lease_until_ms),
+        Answer::Record(_) => None,
+    }
 }
 
 fn grant_of(outcome: &Outcome) -> Option<&ledger_core::Grant> {

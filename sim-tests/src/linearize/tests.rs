@@ -260,6 +260,7 @@ fn a_grant_whose_horizon_starts_at_a_later_real_time_is_explained() {
     let lagging = ClockSlack {
         lag_ms: 2_000,
         lead_ms: 0,
+        real_max_lead_ms: 0,
     };
     let judge = |ops: Vec<Op>| {
         Search::new(ops.iter().collect(), 100_000)
@@ -270,4 +271,63 @@ fn a_grant_whose_horizon_starts_at_a_later_real_time_is_explained() {
     assert_eq!(judge(vec![in_time]), Verdict::Linearizable);
     let answered_before = op("c1", claim("h1"), (2_400, Some(2_450)), granted);
     assert_eq!(judge(vec![answered_before]), Verdict::NotLinearizable);
+}
+
+/// A leader's upper bound on real time is never below its own wall clock plus the skew,
+/// and a wall clock may be days ahead: a keyed re-send may then be told `horizon_passed`
+/// seconds after its dispatch. The checker explains that only as far as the run's clocks
+/// may lead.
+#[test]
+fn a_horizon_judged_passed_early_is_explained_only_by_a_clock_the_run_allows() {
+    let keyed_claim = |holder: &str| CommandBody::Claim {
+        declaration: declaration(EFFECT, ToolKind::Keyed),
+        holder: holder.into(),
+        lease_ms: None,
+        confirmation: None,
+    };
+    let mut reference = reference();
+    let granted = apply(&mut reference, "c1", &keyed_claim("h1"), 1_000);
+    let unknown = CommandBody::Report {
+        key: key(),
+        fencing_token: token(&granted),
+        report: Report::Unknown {
+            reason: "sent; the answer was lost".into(),
+        },
+    };
+    let reported = apply(&mut reference, "r1", &unknown, 1_100);
+    let horizon_ms = reference
+        .get(&key())
+        .map(|r| r.policy.provider_horizon_ms)
+        .expect("claimed");
+    let ahead = Stamp {
+        ledger_ms: 1_200,
+        real_ms_min: 1_200,
+        real_ms_max: 1_200 + 2 * horizon_ms,
+    };
+    let again = Command {
+        command_id: "c2".into(),
+        caller: Caller::Tenant(crate::fixtures::TENANT.into()),
+        body: keyed_claim("h2"),
+    };
+    let passed = reference.apply_stamped(&again, ahead);
+    assert!(
+        matches!(passed, Outcome::Claim(ClaimOutcome::HorizonPassed(_))),
+        "{passed:?}"
+    );
+    let ops = [
+        op("c1", keyed_claim("h1"), (990, Some(1_010)), granted),
+        op("r1", unknown, (1_090, Some(1_110)), reported),
+        op("c2", keyed_claim("h2"), (1_190, Some(1_210)), passed),
+    ];
+    let judge = |real_max_lead_ms| {
+        Search::new(ops.iter().collect(), 100_000)
+            .with_clock_slack(ClockSlack {
+                lag_ms: 0,
+                lead_ms: 0,
+                real_max_lead_ms,
+            })
+            .run(&configured_ledger())
+    };
+    assert_eq!(judge(0), Verdict::NotLinearizable);
+    assert_eq!(judge(3 * horizon_ms), Verdict::Linearizable);
 }

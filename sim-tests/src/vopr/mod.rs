@@ -66,6 +66,7 @@ pub async fn scenario() -> RunOutcome {
     settings.clock_skew_ms_max = plan::CLOCK_SKEW_MS_MAX;
     settings.clock_offset_ms_max = plan.clock_offset_ms_max;
     settings.ledger_time_lead_ms_max = plan.ledger_time_lead_ms_max();
+    settings.wall_clock_lead_ms_max = plan.wall_clock_lead_ms_max();
     let run = Run::begin(settings).await;
     run.trace.note(plan.describe());
     let cluster = run.cluster.clone();

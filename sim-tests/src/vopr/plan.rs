@@ -364,6 +364,25 @@ impl VoprPlan {
         2 * CLOCK_SKEW_MS_MAX + self.clock_offset_ms_max + drift_ms
     }
 
+    /// How far a node's wall clock may run ahead of the simulator's clock in this run
+    /// (ms): the furthest a clock is set ahead by a fault, beyond what clocks differ by
+    /// anyway.
+    pub fn wall_clock_lead_ms_max(&self) -> u64 {
+        let set_ahead_ms = self
+            .events
+            .iter()
+            .filter_map(|(_, event)| match event {
+                FaultEvent::WrongClock {
+                    fault: ClockFault::Ahead { ms },
+                    ..
+                } => Some(*ms),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        set_ahead_ms + self.ledger_time_lead_ms_max()
+    }
+
     /// One line for the trace.
     pub fn describe(&self) -> String {
         let events: Vec<String> = self
