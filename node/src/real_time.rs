@@ -58,9 +58,9 @@
 //! clock, right within the skew as the in-step rule already assumes of a stamping leader,
 //! covers that. A wall clock wrongly ahead then only makes horizons pass early (the
 //! effects are reconciled or escalated, never re-sent) and bounds nothing else: ledger
-//! time stays bounded, and the upper bound it raises is not carried on to other nodes
-//! ([`RealTimeBound::observe`] takes a lag only from a stamp whose lower bound is above
-//! ledger time too), so it ends with that leader's term.
+//! time stays bounded. The upper bound it raises travels in its stamps like any lag (a
+//! stamp cannot tell the two apart), so every node keeps judging horizons by it, early,
+//! until ledger time plus the skew covers it: the price of safety is liveness.
 //!
 //! # What it assumes, and cannot see
 //!
@@ -208,18 +208,15 @@ impl RealTimeBound {
 
     /// Learns the bounds of another leader's stamp as it arrives at `monotonic_ms`;
     /// `current_term` says the entry was made in the term of the leader sending it. A
-    /// stamp that shows a lag (a lower bound above ledger time and an upper bound beyond
-    /// ledger time plus the skew) makes this node lagging (widening what it knew: the
-    /// larger lower bound, the larger upper bound). One that shows none makes an
-    /// unmeasured node in step if its leader made it in this term (it settled before
-    /// stamping); an older entry says nothing about now. An upper bound raised alone is
-    /// its leader's wall clock as a witness ([`RealTimeBound::read`]): that leader judged
-    /// by it, and each leader judges by its own; carried on, one clock wrongly ahead would
-    /// hold horizons passed on every node for good.
+    /// stamp that shows a lag (an upper bound beyond ledger time plus the skew) makes this
+    /// node lagging (widening what it knew: the larger lower bound, the larger upper
+    /// bound). One that shows none makes an unmeasured node in step if its leader made it
+    /// in this term (it settled before stamping); an older entry says nothing about now.
+    /// An upper bound its leader's wall clock raised ([`RealTimeBound::read`]) is carried
+    /// on like any lag: a stamp does not say which it is, and a lag left behind could
+    /// leave a later leader whose clock is behind judging horizons late.
     pub fn observe(&mut self, stamp: &Stamp, current_term: bool, monotonic_ms: u64) {
-        if stamp.real_ms_min <= stamp.ledger_ms
-            || stamp.real_ms_max <= stamp.ledger_ms.saturating_add(self.skew_ms_max)
-        {
+        if stamp.real_ms_max <= stamp.ledger_ms.saturating_add(self.skew_ms_max) {
             if current_term && self.state == State::Unmeasured {
                 self.state = State::InStep;
             }

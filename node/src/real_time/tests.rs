@@ -150,21 +150,24 @@ fn a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time() {
     );
 }
 
+/// A follower cannot tell an upper bound its leader's wall clock raised from a lag after
+/// a cold start whose lower bound one slow clock held at ledger time; it carries both on,
+/// so that a later leader whose own clock is behind still judges horizons by them.
 #[test]
-fn a_leaders_wall_clock_raising_only_the_upper_bound_is_not_carried_on() {
+fn a_leaders_raised_upper_bound_is_carried_on_like_a_lag() {
     let mut follower = RealTimeBound::new(SKEW_MS);
-    // Its leader's wall clock was a day ahead: it stamped ledger time as its lower
-    // bound and its clock as its upper.
-    let witnessed = Stamp {
+    let raised = Stamp {
         ledger_ms: T0,
         real_ms_min: T0,
-        real_ms_max: T0 + DAY_MS,
+        real_ms_max: REAL_MS + SKEW_MS,
     };
-    follower.observe(&witnessed, true, 1_000);
-    assert_eq!(follower.view(1_000), RealView::InStep);
+    follower.observe(&raised, true, 1_000);
+    assert!(follower.lagging());
+    // Elected with its own wall clock still at the old ledger time (hours behind), it
+    // stamps the upper bound it learned, moved on by its monotonic clock.
     assert_eq!(
         follower.read(T0 + 10, T0 + 10, 1_010),
-        (T0 + 10, T0 + 10 + SKEW_MS)
+        (T0 + 10, REAL_MS + SKEW_MS + 10)
     );
 }
 
@@ -280,8 +283,8 @@ fn a_leader_stamps_lagging_ledger_time_with_real_time_bounds_after_a_cold_start(
     assert_eq!(stamp.ledger_ms, T0 + (SETTLED_AT_MS - 50) + SKEW_MS);
     assert!(stamp.real_ms_max >= REAL_MS);
     assert!(stamp.real_ms_min <= REAL_MS && stamp.real_ms_min > stamp.ledger_ms);
-    // A node in step stamps ledger time, and ledger time plus the skew, whatever its
-    // wall clock says.
+    // A node in step whose wall clock is right stamps ledger time, and ledger time plus
+    // the skew.
     let mut bound = StampBound::new(SKEW_MS, T0, 50);
     let mut in_step = restarted();
     let vouching = PeerReal {
