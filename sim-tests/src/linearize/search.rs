@@ -289,16 +289,24 @@ fn stamp_for(op: &Op, model: &Ledger, at: u64, slack: ClockSlack) -> Option<Stam
 /// at any upper bound up to the most the run's clocks allow ([`ClockSlack`]). Tried are
 /// the stamp as it is, that furthest bound, and the one an answer shows exactly: a re-send
 /// whose lease, or a heartbeat whose refusal, ends where real time may reach the re-send
-/// deadline (`Stamp::ledger_ms_before`).
+/// deadline (`Stamp::ledger_ms_before`). The upper bound judges nothing but a horizon, so
+/// a command on an effect without one is tried with the stamp alone.
 fn with_upper_bounds(stamp: Stamp, op: &Op, model: &Ledger, slack: ClockSlack) -> Vec<Stamp> {
     let mut stamps = vec![stamp];
+    let record = model.get(&op.key);
+    if record
+        .as_ref()
+        .is_none_or(|r| r.horizon_deadline_ms.is_none())
+    {
+        return stamps;
+    }
     let seen_ms = op
         .answer
         .as_ref()
         .map_or(stamp.ledger_ms.saturating_add(slack.lag_ms), |(t, _)| *t);
     let furthest_ms = seen_ms.saturating_add(slack.real_max_lead_ms);
-    let shown_ms = model
-        .get(&op.key)
+    let shown_ms = record
+        .as_ref()
         .and_then(|record| record.resend_deadline_ms())
         .zip(op.answer.as_ref().and_then(|(_, a)| shown_lease_until(a)))
         .map(|(deadline_ms, until_ms)| {
