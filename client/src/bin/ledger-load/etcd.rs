@@ -49,9 +49,9 @@ pub fn channels(endpoints: &[String]) -> Result<Vec<Channel>, String> {
         .collect()
 }
 
-/// Puts `key`; the call's latency.
-async fn put(channel: Channel, key: Vec<u8>) -> Result<Duration, Failure> {
-    let started = Instant::now();
+/// Puts `key`; the call's latency, counted from `since` (now, or in an open loop the
+/// put's scheduled start).
+async fn put(channel: Channel, key: Vec<u8>, since: Instant) -> Result<Duration, Failure> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready()
         .await
@@ -71,7 +71,7 @@ async fn put(channel: Channel, key: Vec<u8>) -> Result<Duration, Failure> {
         tonic::Code::ResourceExhausted => Failure::BackPressure,
         _ => Failure::Other(format!("etcd put: {status}")),
     })?;
-    Ok(started.elapsed())
+    Ok(since.elapsed())
 }
 
 /// Client `c`'s puts of new keys until `deadline`, on `channel`.
@@ -81,10 +81,7 @@ pub async fn puts(channel: Channel, c: u64, run_id: u128, deadline: Instant) -> 
     while Instant::now() < deadline {
         seq += 1;
         let key = format!("/ledger-load/{run_id}/{c}/{seq}").into_bytes();
-        match put(channel.clone(), key).await {
-            Ok(took) => s.effect.push(took.as_micros() as u64),
-            Err(f) => s.fail(f),
-        }
+        s.count_put(put(channel.clone(), key, Instant::now()).await);
     }
     s
 }
@@ -97,12 +94,8 @@ pub async fn scheduled_put(
     scheduled: Instant,
 ) -> Samples {
     let mut s = Samples::default();
-    let waited = scheduled.elapsed();
     let key = format!("/ledger-load/{run_id}/rate/{seq}").into_bytes();
-    match put(channel, key).await {
-        Ok(took) => s.effect.push((waited + took).as_micros() as u64),
-        Err(f) => s.fail(f),
-    }
+    s.count_put(put(channel, key, scheduled).await);
     s
 }
 

@@ -189,13 +189,14 @@ impl Effect<'_> {
     }
 }
 
-/// Claims and reports one effect; the claim's and the whole pair's latency.
+/// Claims and reports one effect; the claim's and the whole pair's latency, counted from
+/// `since` (now, or in an open loop the effect's scheduled start).
 async fn claim_and_report(
     client: &LedgerClient,
     effect: &Effect<'_>,
+    since: Instant,
 ) -> Result<(Duration, Duration), Failure> {
     let (key, declaration) = effect.declaration();
-    let started = Instant::now();
     let claim = client
         .claim(
             &format!("{key}/claim"),
@@ -205,7 +206,7 @@ async fn claim_and_report(
             None,
         )
         .await;
-    let claimed = started.elapsed();
+    let claimed = since.elapsed();
     let grant = match claim {
         Ok(ClaimOutcome::Proceed(grant)) => grant,
         Ok(other) => return Err(Failure::Other(format!("claim did not proceed: {other:?}"))),
@@ -223,7 +224,7 @@ async fn claim_and_report(
         )
         .await
         .map_err(|e| classify(&e))?;
-    Ok((claimed, started.elapsed()))
+    Ok((claimed, since.elapsed()))
 }
 
 async fn run(o: Options) -> Result<(), String> {
@@ -399,7 +400,7 @@ async fn preload(client: &LedgerClient, o: &Arc<Options>, run_id: u128) -> Prelo
                         client: c,
                         seq,
                     };
-                    match claim_and_report(&client, &effect).await {
+                    match claim_and_report(&client, &effect, Instant::now()).await {
                         Ok(_) => {
                             done.fetch_add(1, Ordering::Relaxed);
                         }
@@ -442,14 +443,7 @@ async fn effects(
             client: c,
             seq,
         };
-        match claim_and_report(&client, &effect).await {
-            Ok((claim, total)) => {
-                s.claim.push(claim.as_micros() as u64);
-                s.report.push((total - claim).as_micros() as u64);
-                s.effect.push(total.as_micros() as u64);
-            }
-            Err(f) => s.fail(f),
-        }
+        s.count_effect(claim_and_report(&client, &effect, Instant::now()).await);
     }
     s
 }
@@ -519,15 +513,7 @@ async fn scheduled_effect(
         client: seq % u64::from(o.clients),
         seq,
     };
-    let waited = scheduled.elapsed();
-    match claim_and_report(client, &effect).await {
-        Ok((claim, total)) => {
-            s.claim.push((waited + claim).as_micros() as u64);
-            s.report.push((total - claim).as_micros() as u64);
-            s.effect.push((waited + total).as_micros() as u64);
-        }
-        Err(f) => s.fail(f),
-    }
+    s.count_effect(claim_and_report(client, &effect, scheduled).await);
     s
 }
 

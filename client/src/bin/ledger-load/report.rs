@@ -1,6 +1,8 @@
 //! What `ledger-load` measures and how it prints it: latency samples and failure counts
 //! per operation, nearest-rank percentiles, and the table or JSON object of one run.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 /// Latencies in microseconds and failed calls, per operation; one per client task,
@@ -35,6 +37,27 @@ impl Samples {
         self.failures += other.failures;
         if self.first_failure.is_none() {
             self.first_failure = other.first_failure;
+        }
+    }
+
+    /// Counts one claim + report pair: its claim's and its whole latency, or why it did
+    /// not finish.
+    pub fn count_effect(&mut self, done: Result<(Duration, Duration), Failure>) {
+        match done {
+            Ok((claim, total)) => {
+                self.claim.push(claim.as_micros() as u64);
+                self.report.push((total - claim).as_micros() as u64);
+                self.effect.push(total.as_micros() as u64);
+            }
+            Err(f) => self.fail(f),
+        }
+    }
+
+    /// Counts one etcd put (kept with the effects): its latency, or why it failed.
+    pub fn count_put(&mut self, done: Result<Duration, Failure>) {
+        match done {
+            Ok(took) => self.effect.push(took.as_micros() as u64),
+            Err(f) => self.fail(f),
         }
     }
 
