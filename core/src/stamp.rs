@@ -17,10 +17,12 @@
 //! - whether it has passed is judged at the upper bound: any clock that says it has
 //!   passed wins, and the effect is reconciled or escalated rather than re-sent.
 //!
-//! Both bounds are never below ledger time ([`Stamp::applied`]): while no outage went
-//! unmeasured the leader knows nothing better, the bounds equal ledger time, and every
-//! judgment is what it would be with ledger time alone. A stamp from before the bounds
-//! existed is [`Stamp::at`] its ledger time.
+//! As applied, both bounds are never below ledger time ([`Stamp::applied`]). While no
+//! outage went unmeasured, the lower bound is ledger time, so horizons start where ledger
+//! time alone would start them, and the upper bound is ledger time plus the clock skew
+//! the cluster allows, or the stamping leader's wall clock plus that skew if it is later
+//! (`ledger_node::real_time`). A stamp from before the bounds existed is [`Stamp::at`] its
+//! ledger time.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +32,10 @@ pub struct Stamp {
     /// Ledger time (ms since the Unix epoch): the leader's wall clock, bounded by the real
     /// time its monotonic clock saw pass. Leases, retention and expiry are judged by it.
     pub ledger_ms: u64,
-    /// The earliest real time it may be (ms): where a provider horizon starts.
+    /// The earliest real time it may be (ms): where a provider horizon starts. One below
+    /// `ledger_ms` says that the upper bound is the stamping leader's own wall clock and
+    /// not a lag a follower should carry on (`ledger_node::real_time`); applied, it is
+    /// ledger time.
     pub real_ms_min: u64,
     /// The latest real time it may be (ms): what a provider horizon is judged against.
     pub real_ms_max: u64,

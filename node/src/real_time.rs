@@ -58,9 +58,12 @@
 //! clock, right within the skew as the in-step rule already assumes of a stamping leader,
 //! covers that. A wall clock wrongly ahead then only makes horizons pass early (the
 //! effects are reconciled or escalated, never re-sent) and bounds nothing else: ledger
-//! time stays bounded. The upper bound it raises travels in its stamps like any lag (a
-//! stamp cannot tell the two apart), so every node keeps judging horizons by it, early,
-//! until ledger time plus the skew covers it: the price of safety is liveness.
+//! time stays bounded. Such a stamp says that its upper bound is its leader's own witness
+//! (a lower bound one below ledger time), and followers do not carry it on as a lag: once
+//! that node no longer leads, or its clock is put right, horizons are judged as before.
+//! Each node elected later has its own wall clock for the same purpose. A leader that
+//! also knows of a lag stamps the larger upper bound as a lag (one stamp cannot say
+//! which part is which), and followers carry it until ledger time plus the skew covers it.
 //!
 //! # What it assumes, and cannot see
 //!
@@ -179,10 +182,16 @@ impl RealTimeBound {
     }
 
     /// The bounds on real time for a stamp at ledger time `ledger_ms`, with the wall and
-    /// monotonic clocks read now. The lower is never below `ledger_ms`, the upper never
-    /// below `ledger_ms` plus the skew, nor below this node's wall clock plus the skew:
-    /// whatever the state, a wall clock that says more time has passed is a witness, and
-    /// one that is wrongly ahead only makes horizons pass early.
+    /// monotonic clocks read now. The upper bound is never below `ledger_ms` plus the skew,
+    /// nor below this node's wall clock plus the skew: whatever the state, a wall clock that
+    /// says more time has passed is a witness, and one that is wrongly ahead only makes
+    /// horizons pass early. The lower bound is never below `ledger_ms`, except when this
+    /// node knows of no lag beyond ledger time plus the skew and the wall clock raised the
+    /// upper bound: the lower bound is then one below `ledger_ms`, which tells a follower
+    /// that the raise is this leader's own witness and not a lag to carry on
+    /// ([`RealTimeBound::observe`]). It is still a lower bound, only a weaker one, and the
+    /// state machine raises it to ledger time when it applies the stamp ([`Stamp`]'s
+    /// `applied`).
     pub fn read(&self, ledger_ms: u64, wall_ms: u64, monotonic_ms: u64) -> (u64, u64) {
         let in_step_max_ms = ledger_ms.saturating_add(self.skew_ms_max);
         let witnessed_max_ms = wall_ms.saturating_add(self.skew_ms_max);
@@ -190,10 +199,11 @@ impl RealTimeBound {
             State::InStep | State::Unmeasured => (ledger_ms, in_step_max_ms),
             State::Lagging(bounds) => bounds.at(monotonic_ms),
         };
-        (
-            min_ms.max(ledger_ms),
-            max_ms.max(in_step_max_ms).max(witnessed_max_ms),
-        )
+        let (min_ms, known_max_ms) = (min_ms.max(ledger_ms), max_ms.max(in_step_max_ms));
+        if witnessed_max_ms > known_max_ms && known_max_ms == in_step_max_ms {
+            return (ledger_ms.saturating_sub(1), witnessed_max_ms);
+        }
+        (min_ms, known_max_ms.max(witnessed_max_ms))
     }
 
     /// Learns that ledger time reached `ledger_ms` by `monotonic_ms`: once it plus the
@@ -208,15 +218,18 @@ impl RealTimeBound {
 
     /// Learns the bounds of another leader's stamp as it arrives at `monotonic_ms`;
     /// `current_term` says the entry was made in the term of the leader sending it. A
-    /// stamp that shows a lag (an upper bound beyond ledger time plus the skew) makes this
-    /// node lagging (widening what it knew: the larger lower bound, the larger upper
-    /// bound). One that shows none makes an unmeasured node in step if its leader made it
-    /// in this term (it settled before stamping); an older entry says nothing about now.
-    /// An upper bound its leader's wall clock raised ([`RealTimeBound::read`]) is carried
-    /// on like any lag: a stamp does not say which it is, and a lag left behind could
-    /// leave a later leader whose clock is behind judging horizons late.
+    /// stamp that shows a lag (an upper bound beyond ledger time plus the skew, with a
+    /// lower bound not below ledger time) makes this node lagging (widening what it knew:
+    /// the larger lower bound, the larger upper bound). One that shows none makes an
+    /// unmeasured node in step if its leader made it in this term (it settled before
+    /// stamping); an older entry says nothing about now. An upper bound raised by its
+    /// leader's wall clock alone, which that leader marks with a lower bound below ledger
+    /// time ([`RealTimeBound::read`]), shows no lag: that clock is a witness only while its
+    /// node leads, and this node, if elected, has its own.
     pub fn observe(&mut self, stamp: &Stamp, current_term: bool, monotonic_ms: u64) {
-        if stamp.real_ms_max <= stamp.ledger_ms.saturating_add(self.skew_ms_max) {
+        let raised = stamp.real_ms_max > stamp.ledger_ms.saturating_add(self.skew_ms_max);
+        let witness_only = stamp.real_ms_min < stamp.ledger_ms;
+        if !raised || witness_only {
             if current_term && self.state == State::Unmeasured {
                 self.state = State::InStep;
             }

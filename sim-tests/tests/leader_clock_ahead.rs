@@ -19,6 +19,16 @@
 //! With the leader's raw wall clock as ledger time (the bound removed), the first command
 //! after the jump moves ledger time eight days on: the sweeper expires the lease and
 //! collects the record, and the next heartbeat is refused.
+//!
+//! Second scenario: a keyed refund's answer was lost (reported unknown), then the leader's
+//! wall clock goes two days ahead, past the provider's one-day horizon. Its own clock
+//! says the horizon has passed, so a retry is told to reconcile, never re-sent. Once that
+//! node's clock is put right and another node leads, the retry is granted a keyed re-send
+//! again, well inside the horizon in real time: the wrong clock held horizons passed only
+//! while its node led. With followers carrying the raised upper bound on as a lag (as
+//! they did before stamps marked it as the leader's own), every later leader judged it
+//! passed too, until ledger time plus the skew covered the carried bound: at most the
+//! skew per change of leader, so in practice never.
 
 #![cfg(madsim)]
 
@@ -53,9 +63,26 @@ const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Slack for ledger time against the simulator's clock (stamps travel, ticks round).
 const SLACK_MS: u64 = 500;
 
+const WITNESS: Scenario = Scenario {
+    test_binary: "leader_clock_ahead",
+    test_name: "a_wrong_clock_holds_horizons_passed_only_while_its_node_leads",
+    default_seeds: &[1, 2, 3],
+};
+
+/// The keyed effect whose answer was lost.
+const RESENT: &str = "resent";
+const RETRYING: &str = "retrying-agent";
+/// Past the keyed tool's one-day provider horizon.
+const TWO_DAYS_MS: i64 = 2 * 24 * 60 * 60 * 1000;
+
 #[test]
 fn leader_clock_days_ahead_expires_no_lease_and_collects_no_record() {
     seeds::run(&SCENARIO, scenario);
+}
+
+#[test]
+fn a_wrong_clock_holds_horizons_passed_only_while_its_node_leads() {
+    seeds::run(&WITNESS, witness);
 }
 
 async fn scenario() -> RunOutcome {
@@ -115,6 +142,138 @@ async fn scenario() -> RunOutcome {
     );
     assert!(kept.attempt_by_token(done_grant.fencing_token).is_some());
     outcome.outcome
+}
+
+async fn witness() -> RunOutcome {
+    let run = Run::begin(ClusterSettings::new(3)).await;
+    let cluster = run.cluster.clone();
+    let agent = cluster.client_node(RETRYING);
+    let client = cluster.client(cluster.endpoints(), TENANT_KEY);
+    let key = effect_key(RESENT);
+
+    let first = retry(&run, &agent, &client, 1).await;
+    let first = match first {
+        ClaimOutcome::Proceed(grant) => grant,
+        other => panic!("the first claim answered {other:?}, not proceed"),
+    };
+    send_and_report(&run, &agent, &client, &first, false).await;
+    run.trace.note("the refund was sent and its answer lost");
+
+    let wrong = run.leader(LEADER_TIMEOUT).await;
+    cluster.step_wall_clock(wrong, TWO_DAYS_MS);
+    let told = retry(&run, &agent, &client, 2).await;
+    assert!(
+        matches!(told, ClaimOutcome::HorizonPassed(_)),
+        "under a leader whose clock says the horizon passed, the retry answered {told:?}"
+    );
+    run.trace.note(format!(
+        "leader {wrong}'s clock two days ahead: horizon judged passed"
+    ));
+
+    // Down while the retry is made, so that the node answering is one that followed it.
+    cluster.correct_clock(wrong);
+    cluster.crash(wrong);
+    let next = run.leader(LEADER_TIMEOUT).await;
+    let resend = retry(&run, &agent, &client, 3).await;
+    let resend = match resend {
+        ClaimOutcome::Proceed(grant) => grant,
+        other => panic!(
+            "node {next} leads with a right clock, a few seconds into the one-day horizon, \
+             and the retry answered {other:?}, not a keyed re-send"
+        ),
+    };
+    assert_eq!(
+        resend.provider_key, first.provider_key,
+        "the same provider key"
+    );
+    send_and_report(&run, &agent, &client, &resend, true).await;
+    run.trace.note(format!(
+        "node {next} leads: the keyed re-send was granted and committed"
+    ));
+    cluster.restart(wrong);
+
+    let outcome = run.verify(&[], std::slice::from_ref(&key), true).await;
+    let record = &outcome.views[0].records[&key];
+    assert_eq!(record.state, EffectState::Committed);
+    outcome.outcome
+}
+
+/// Claims the keyed effect as the retrying agent (call `n`), and records the answer.
+async fn retry(run: &Run, agent: &ClientNode, client: &LedgerClient, n: u32) -> ClaimOutcome {
+    let client = client.clone();
+    let outcome = agent
+        .spawn(async move {
+            let declaration = declaration(RESENT, ToolKind::Keyed);
+            client
+                .claim(
+                    &format!("resent-claim-{n}"),
+                    declaration,
+                    RETRYING,
+                    None,
+                    None,
+                )
+                .await
+        })
+        .await
+        .expect("the agent's machine runs")
+        .unwrap_or_else(|e| panic!("claim {n} of {RESENT} failed: {e}"));
+    let answer = match &outcome {
+        ClaimOutcome::Proceed(grant) => Answer::Granted {
+            holder: RETRYING.into(),
+            grant: grant.clone(),
+        },
+        ClaimOutcome::Reconcile(unsettled) | ClaimOutcome::HorizonPassed(unsettled) => {
+            Answer::MustReconcile {
+                dispatches: unsettled.dispatches,
+                provider_key: unsettled.provider_key.clone(),
+            }
+        }
+        other => panic!("claim {n} of {RESENT} answered {other:?}"),
+    };
+    run.history.record(RETRYING, &effect_key(RESENT), answer);
+    outcome
+}
+
+/// Sends `grant` to the keyed provider and reports the answer: lost (`unknown`), or
+/// the receipt when `answered`.
+async fn send_and_report(
+    run: &Run,
+    agent: &ClientNode,
+    client: &LedgerClient,
+    grant: &Grant,
+    answered: bool,
+) {
+    let (client, provider, grant) = (client.clone(), run.provider.clone(), grant.clone());
+    let token = grant.fencing_token;
+    let (report, reported) = agent
+        .spawn(async move {
+            let receipt = provider.send(&grant.provider_key, true);
+            let report = if answered {
+                Report::Committed { receipt }
+            } else {
+                Report::Unknown {
+                    reason: "the answer was lost".into(),
+                }
+            };
+            let id = format!("resent-report-{token}");
+            let reported = client
+                .report(&id, effect_key(RESENT), token, report.clone())
+                .await
+                .unwrap_or_else(|e| panic!("reporting {RESENT}: {e}"));
+            (report, reported)
+        })
+        .await
+        .expect("the agent's machine runs");
+    run.history.record(
+        RETRYING,
+        &effect_key(RESENT),
+        Answer::Reported {
+            fencing_token: token,
+            report,
+            state: reported.0,
+            receipt: reported.1,
+        },
+    );
 }
 
 /// Claims, sends and commits the effect that must not be collected early.

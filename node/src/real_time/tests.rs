@@ -106,10 +106,11 @@ fn a_restart_a_running_peer_measured_stays_in_step_whatever_the_wall_clock() {
         "in step: ledger time, and ledger time plus the skew"
     );
     // Its own wall clock eight days ahead still raises the upper bound it stamps (every
-    // horizon passes early: reconciled or escalated, never re-sent), and nothing else.
+    // horizon passes early: reconciled or escalated, never re-sent), marked as its own,
+    // and nothing else.
     assert_eq!(
         real.read(T0 + 5, REAL_MS + 8 * DAY_MS, SETTLED_AT_MS),
-        (T0 + 5, REAL_MS + 8 * DAY_MS + SKEW_MS),
+        (T0 + 4, REAL_MS + 8 * DAY_MS + SKEW_MS),
     );
     assert_eq!(real.view(SETTLED_AT_MS), RealView::InStep);
 }
@@ -145,29 +146,82 @@ fn a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time() {
         stamp.real_ms_max
     );
     assert_eq!(
-        stamp.real_ms_min, stamp.ledger_ms,
-        "horizons start no later"
+        stamp.real_ms_min,
+        stamp.ledger_ms - 1,
+        "horizons start no later; the upper bound is marked as the wall clock's"
     );
 }
 
-/// A follower cannot tell an upper bound its leader's wall clock raised from a lag after
-/// a cold start whose lower bound one slow clock held at ledger time; it carries both on,
-/// so that a later leader whose own clock is behind still judges horizons by them.
+/// A lag after a cold start whose lower bound one slow clock held at ledger time raises
+/// only the upper bound, as a leader's wall clock ahead does; the stamp tells them apart
+/// by its lower bound. The lag is carried on, so that a later leader whose own clock is
+/// behind still judges horizons by it.
 #[test]
-fn a_leaders_raised_upper_bound_is_carried_on_like_a_lag() {
+fn a_lag_with_its_lower_bound_at_ledger_time_is_carried_on() {
     let mut follower = RealTimeBound::new(SKEW_MS);
-    let raised = Stamp {
+    let lag = Stamp {
         ledger_ms: T0,
         real_ms_min: T0,
         real_ms_max: REAL_MS + SKEW_MS,
     };
-    follower.observe(&raised, true, 1_000);
+    follower.observe(&lag, true, 1_000);
     assert!(follower.lagging());
     // Elected with its own wall clock still at the old ledger time (hours behind), it
     // stamps the upper bound it learned, moved on by its monotonic clock.
     assert_eq!(
         follower.read(T0 + 10, T0 + 10, 1_010),
         (T0 + 10, REAL_MS + SKEW_MS + 10)
+    );
+}
+
+/// A leader whose wall clock is days ahead stamps it as the upper bound, marked as its own
+/// witness; its followers stay in step, so once another node leads (or its clock is put
+/// right) horizons are judged by that node's clocks again, not days early on every node.
+#[test]
+fn a_leaders_wall_clock_ahead_is_its_own_witness_not_a_lag_to_carry() {
+    let mut leader = RealTimeBound::new(SKEW_MS);
+    leader.settle(&[], T0, T0, 1_000);
+    assert_eq!(leader.view(1_000), RealView::InStep);
+    let (min_ms, max_ms) = leader.read(T0 + 10, T0 + 8 * DAY_MS, 1_010);
+    assert_eq!(
+        (min_ms, max_ms),
+        (T0 + 9, T0 + 8 * DAY_MS + SKEW_MS),
+        "the raise is marked by a lower bound one below ledger time"
+    );
+    let stamp = Stamp {
+        ledger_ms: T0 + 10,
+        real_ms_min: min_ms,
+        real_ms_max: max_ms,
+    };
+    let mut follower = RealTimeBound::new(SKEW_MS);
+    follower.observe(&stamp, true, 1_010);
+    assert_eq!(follower.view(1_010), RealView::InStep);
+    // Elected with a right clock, it stamps ledger time plus the skew again.
+    assert_eq!(
+        follower.read(T0 + 20, T0 + 20, 1_020),
+        (T0 + 20, T0 + 20 + SKEW_MS)
+    );
+    // A node already lagging keeps its own lag.
+    let mut lagging = RealTimeBound::new(SKEW_MS);
+    let lag = Stamp {
+        ledger_ms: T0,
+        real_ms_min: T0,
+        real_ms_max: REAL_MS + SKEW_MS,
+    };
+    lagging.observe(&lag, true, 1_000);
+    lagging.observe(&stamp, true, 1_010);
+    assert_eq!(
+        lagging.view(1_010),
+        RealView::Lagging {
+            min_ms: T0 + 10,
+            max_ms: REAL_MS + SKEW_MS + 10,
+        }
+    );
+    // A leader that knows of a lag and whose wall clock is further ahead still stamps
+    // the larger upper bound as a lag: the stamp cannot say which part is which.
+    assert_eq!(
+        lagging.read(T0 + 20, T0 + 8 * DAY_MS, 1_020),
+        (T0 + 20, T0 + 8 * DAY_MS + SKEW_MS)
     );
 }
 
@@ -266,7 +320,7 @@ fn clocks_no_further_ahead_than_ledger_time_leave_a_node_in_step() {
 #[test]
 fn an_unsettled_node_raises_only_the_upper_bound_with_its_wall_clock() {
     let unsettled = restarted();
-    assert_eq!(unsettled.read(T0, REAL_MS, 10), (T0, REAL_MS + SKEW_MS));
+    assert_eq!(unsettled.read(T0, REAL_MS, 10), (T0 - 1, REAL_MS + SKEW_MS));
     assert_eq!(unsettled.read(T0, 0, 10), (T0, T0 + SKEW_MS));
 }
 
@@ -305,7 +359,7 @@ fn a_leader_stamps_lagging_ledger_time_with_real_time_bounds_after_a_cold_start(
     // upper bound of real time follows the clock.
     let (ahead, reading) = stamp_with(&mut bound, &mut in_step, T0 + 8 * DAY_MS, 1_060);
     assert!(reading.clamped);
-    assert_eq!(ahead.real_ms_min, ahead.ledger_ms);
+    assert_eq!(ahead.real_ms_min, ahead.ledger_ms - 1);
     assert_eq!(ahead.real_ms_max, T0 + 8 * DAY_MS + SKEW_MS);
     assert!(ahead.ledger_ms <= T0 + 1_000 + 10 + SKEW_MS);
 }

@@ -331,3 +331,75 @@ fn a_horizon_judged_passed_early_is_explained_only_by_a_clock_the_run_allows() {
     assert_eq!(judge(0), Verdict::NotLinearizable);
     assert_eq!(judge(3 * horizon_ms), Verdict::Linearizable);
 }
+
+/// A keyed re-send that asked for a longer lease than its policy's has it cut to end
+/// where real time may reach the re-send deadline (`Stamp::ledger_ms_before`), which
+/// shows the exact upper bound its leader stamped. The checker tries that bound: neither
+/// the stamp's own nor the furthest a clock allows gives the same lease end.
+#[test]
+fn a_resend_lease_cut_at_its_deadline_is_explained_by_the_bound_it_shows() {
+    let keyed_claim = |holder: &str, lease_ms: Option<u64>| CommandBody::Claim {
+        declaration: declaration(EFFECT, ToolKind::Keyed),
+        holder: holder.into(),
+        lease_ms,
+        confirmation: None,
+    };
+    let mut reference = reference();
+    let granted = apply(&mut reference, "c1", &keyed_claim("h1", None), 1_000);
+    let unknown = CommandBody::Report {
+        key: key(),
+        fencing_token: token(&granted),
+        report: Report::Unknown {
+            reason: "sent; the answer was lost".into(),
+        },
+    };
+    let reported = apply(&mut reference, "r1", &unknown, 1_100);
+    let record = reference.get(&key()).expect("claimed");
+    let deadline_ms = record.resend_deadline_ms().expect("a keyed record has one");
+    let (lease_ms, lease_ms_max) = (record.policy.lease_ms, record.policy.lease_ms_max);
+    // Real time may be so late that only half the longest lease fits before the deadline.
+    let stamped = Stamp {
+        ledger_ms: 1_200,
+        real_ms_min: 1_200,
+        real_ms_max: deadline_ms - lease_ms_max / 2,
+    };
+    let long = keyed_claim("h2", Some(lease_ms_max));
+    let again = Command {
+        command_id: "c2".into(),
+        caller: Caller::Tenant(crate::fixtures::TENANT.into()),
+        body: long.clone(),
+    };
+    let resent = reference.apply_stamped(&again, stamped);
+    let lease_until_ms = match &resent {
+        Outcome::Claim(ClaimOutcome::Proceed(grant)) => grant.lease_until_ms,
+        other => panic!("not a re-send: {other:?}"),
+    };
+    assert!(lease_ms < lease_ms_max / 2, "the policy's own lease fits");
+    assert_eq!(
+        lease_until_ms,
+        1_200 + lease_ms_max / 2,
+        "the lease ends where real time may reach the deadline"
+    );
+    let ops = [
+        op("c1", keyed_claim("h1", None), (990, Some(1_010)), granted),
+        op("r1", unknown, (1_090, Some(1_110)), reported),
+        op("c2", long, (1_190, Some(1_210)), resent),
+    ];
+    let judge = |real_max_lead_ms| {
+        Search::new(ops.iter().collect(), 100_000)
+            .with_clock_slack(ClockSlack {
+                lag_ms: 0,
+                lead_ms: 0,
+                real_max_lead_ms,
+            })
+            .run(&configured_ledger())
+    };
+    let shown_lead_ms = stamped.real_ms_max - 1_210;
+    assert_eq!(judge(shown_lead_ms), Verdict::Linearizable);
+    assert_eq!(judge(10 * shown_lead_ms), Verdict::Linearizable);
+    assert_eq!(
+        judge(shown_lead_ms - 1),
+        Verdict::NotLinearizable,
+        "the bound shown lies beyond what the run's clocks allow"
+    );
+}
