@@ -12,7 +12,8 @@
 #      its clients putting new keys (256-byte values) instead of claiming effects.
 #   2. The ledger, 3 release nodes started by deploy/cluster.sh, loaded with ledger-load
 #      (claim + report of new effects) at each client count in CLIENTS.
-#   Then, for latency at the same offered load, both again in an open loop
+#   Then, for latency at the same offered load, both again on fresh clusters (after
+#      WARM_UP_SECONDS at the first rate, not counted), in an open loop
 #      (`ledger-load --rate R`): R effects, or R etcd puts, started a second on a fixed
 #      schedule for each R in RATES, at most RATE_IN_FLIGHT unanswered, each latency
 #      counted from its scheduled start; a second table puts the two side by side.
@@ -29,6 +30,7 @@
 #
 # Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
 # (default "l"), RATES (default "500 2000 5000"; empty for none), RATE_IN_FLIGHT (1024),
+# WARM_UP_SECONDS (5),
 # BENCH_DIR (default .data/bench; etcd, ledger and PostgreSQL data all go there),
 # LEDGER_BASE_PORT (7400), ETCD_BASE_PORT (23700), PG_PORT (54329),
 # PG_USER (postgres), SKIP ("etcd", "ledger" and/or "postgres" to leave out),
@@ -41,6 +43,7 @@ CLIENTS=${CLIENTS:-"1 16 64 256"}
 ETCD_LOADS=${ETCD_LOADS:-l}
 RATES=${RATES-"500 2000 5000"}
 RATE_IN_FLIGHT=${RATE_IN_FLIGHT:-1024}
+WARM_UP_SECONDS=${WARM_UP_SECONDS:-5}
 ETCD_BASE_PORT=${ETCD_BASE_PORT:-23700}
 PG_PORT=${PG_PORT:-54329}
 PG_USER=${PG_USER:-postgres}
@@ -86,25 +89,9 @@ run_etcd() {
     apt-get update -qq
     apt-get install -y -qq etcd-server etcd-client >/dev/null
   fi
-  # The Debian package starts a single-member etcd of its own on 2379; ours use other ports.
-  local cluster="" endpoints="" n
-  for n in 1 2 3; do
-    cluster+="${cluster:+,}e$n=$(etcd_url $((n + 10)))"
-    endpoints+="${endpoints:+,}$(etcd_url "$n")"
-  done
-  for n in 1 2 3; do
-    etcd --name "e$n" --data-dir "$BENCH_DIR/etcd/e$n" \
-      --listen-client-urls "$(etcd_url "$n")" --advertise-client-urls "$(etcd_url "$n")" \
-      --listen-peer-urls "$(etcd_url $((n + 10)))" \
-      --initial-advertise-peer-urls "$(etcd_url $((n + 10)))" \
-      --initial-cluster "$cluster" --initial-cluster-state new \
-      --initial-cluster-token ledger-bench >"$BENCH_DIR/etcd-e$n.log" 2>&1 &
-    ETCD_PIDS+=("$!")
-  done
-  for _ in $(seq 100); do
-    ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  local endpoints
+  endpoints=$(etcd_endpoints)
+  start_etcd
   local load out writes slowest stddev
   for load in $ETCD_LOADS; do
     echo "== etcd: etcdctl check perf --load=$load (60 s)"
@@ -126,6 +113,17 @@ run_etcd() {
     ETCD_P99[$c]=$(echo "$json" | json_field effect.p99_ms)
     ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures) |")
   done
+  # The rates on fresh members, so that nothing the client rows left behind (compaction,
+  # a grown database) lands in them, after a few seconds at the first rate that are not
+  # counted (connections, the first files); the ledger's likewise.
+  if [ -n "$RATES" ]; then
+    stop_etcd
+    rm -rf "$BENCH_DIR/etcd"
+    start_etcd
+    echo "== etcd: warm-up, --rate ${RATES%% *}, $WARM_UP_SECONDS s (not counted)"
+    "$BIN/ledger-load" --etcd --endpoints "$endpoints" --rate "${RATES%% *}" \
+      --clients "$RATE_IN_FLIGHT" --seconds "$WARM_UP_SECONDS" --output json >/dev/null
+  fi
   local rate
   for rate in $RATES; do
     echo "== etcd: ledger-load --etcd --rate $rate, $SECONDS_PER_ROW s"
@@ -134,6 +132,40 @@ run_etcd() {
     echo "$json" > "$BENCH_DIR/etcd-rate-$rate.json"
     ETCD_AT[$rate]=$(open_loop_fields "$json")
   done
+  stop_etcd
+}
+
+etcd_endpoints() {
+  local endpoints="" n
+  for n in 1 2 3; do endpoints+="${endpoints:+,}$(etcd_url "$n")"; done
+  echo "$endpoints"
+}
+
+# Three etcd members on loopback with their data in $BENCH_DIR/etcd, once they answer. The
+# Debian package starts a single-member etcd of its own on 2379; ours use other ports.
+start_etcd() {
+  local cluster="" endpoints n
+  endpoints=$(etcd_endpoints)
+  for n in 1 2 3; do cluster+="${cluster:+,}e$n=$(etcd_url $((n + 10)))"; done
+  for n in 1 2 3; do
+    etcd --name "e$n" --data-dir "$BENCH_DIR/etcd/e$n" \
+      --listen-client-urls "$(etcd_url "$n")" --advertise-client-urls "$(etcd_url "$n")" \
+      --listen-peer-urls "$(etcd_url $((n + 10)))" \
+      --initial-advertise-peer-urls "$(etcd_url $((n + 10)))" \
+      --initial-cluster "$cluster" --initial-cluster-state new \
+      --initial-cluster-token ledger-bench >>"$BENCH_DIR/etcd-e$n.log" 2>&1 &
+    ETCD_PIDS+=("$!")
+  done
+  for _ in $(seq 100); do
+    ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "etcd did not become healthy; see $BENCH_DIR/etcd-e*.log" >&2
+  return 1
+}
+
+stop_etcd() {
+  local pid
   for pid in "${ETCD_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   ETCD_PIDS=()
 }
@@ -162,6 +194,15 @@ run_ledger() {
     per_s=$(echo "$json" | json_field effect.per_s)
     ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures)${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms} |")
   done
+  if [ -n "$RATES" ]; then
+    echo "== ledger: a fresh cluster for the rates"
+    ledger_cluster "$BENCH_DIR/ledger" stop
+    rm -rf "$BENCH_DIR/ledger"
+    ledger_cluster "$BENCH_DIR/ledger" start
+    echo "== ledger: warm-up, --rate ${RATES%% *}, $WARM_UP_SECONDS s (not counted)"
+    ledger_load --rate "${RATES%% *}" --clients "$RATE_IN_FLIGHT" \
+      --seconds "$WARM_UP_SECONDS" >/dev/null
+  fi
   local rate
   for rate in $RATES; do
     echo "== ledger: --rate $rate, $SECONDS_PER_ROW s"
@@ -281,7 +322,8 @@ skipped postgres || run_postgres
     echo
     echo "The same offered load (open loop, \`ledger-load --rate\`, at most $RATE_IN_FLIGHT in"
     echo "flight; latency from each operation's scheduled start; an effect is a claim and its"
-    echo "report, two replicated commands, an etcd put one):"
+    echo "report, two replicated commands, an etcd put one; each system on a fresh cluster,"
+    echo "after $WARM_UP_SECONDS s at the first rate not counted):"
     echo
     open_loop_table
   fi
