@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use ledger_core::{EffectKey, EffectState, Grant, ObservationResult, Refusal, Report};
+use ledger_core::{
+    ClaimOutcome, EffectKey, EffectState, Grant, ObservationResult, Refusal, Report,
+};
 
 use crate::linearize::oplog::OpLog;
 
@@ -84,6 +86,35 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// What a claim by `holder` that answered `outcome` records; `None` for an outcome no
+    /// run may see (a conflict over an identical intent, a tombstone), which the caller
+    /// reports as an anomaly.
+    pub fn of_claim(holder: &str, outcome: &ClaimOutcome) -> Option<Answer> {
+        Some(match outcome {
+            ClaimOutcome::Proceed(grant) => Answer::Granted {
+                holder: holder.into(),
+                grant: grant.clone(),
+            },
+            ClaimOutcome::Replay { receipt } => Answer::Replayed {
+                receipt: receipt.clone(),
+            },
+            ClaimOutcome::InFlight {
+                holder, attempt_id, ..
+            } => Answer::InFlight {
+                holder: holder.clone(),
+                attempt_id: *attempt_id,
+            },
+            ClaimOutcome::Reconcile(unsettled) | ClaimOutcome::HorizonPassed(unsettled) => {
+                Answer::MustReconcile {
+                    dispatches: unsettled.dispatches,
+                    provider_key: unsettled.provider_key.clone(),
+                }
+            }
+            ClaimOutcome::Escalated { .. } => Answer::Escalated,
+            ClaimOutcome::Conflict(_) | ClaimOutcome::Expired(_) => return None,
+        })
+    }
+
     /// A short name of the kind of answer, for summaries.
     pub fn kind(&self) -> &'static str {
         match self {

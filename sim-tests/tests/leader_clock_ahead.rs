@@ -217,19 +217,8 @@ async fn retry(run: &Run, agent: &ClientNode, client: &LedgerClient, n: u32) -> 
         .await
         .expect("the agent's machine runs")
         .unwrap_or_else(|e| panic!("claim {n} of {RESENT} failed: {e}"));
-    let answer = match &outcome {
-        ClaimOutcome::Proceed(grant) => Answer::Granted {
-            holder: RETRYING.into(),
-            grant: grant.clone(),
-        },
-        ClaimOutcome::Reconcile(unsettled) | ClaimOutcome::HorizonPassed(unsettled) => {
-            Answer::MustReconcile {
-                dispatches: unsettled.dispatches,
-                provider_key: unsettled.provider_key.clone(),
-            }
-        }
-        other => panic!("claim {n} of {RESENT} answered {other:?}"),
-    };
+    let answer = Answer::of_claim(RETRYING, &outcome)
+        .unwrap_or_else(|| panic!("claim {n} of {RESENT} answered {outcome:?}"));
     run.history.record(RETRYING, &effect_key(RESENT), answer);
     outcome
 }

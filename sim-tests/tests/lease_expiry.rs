@@ -222,12 +222,10 @@ async fn scenario() -> RunOutcome {
         .await
         .expect("the reconciler machine runs");
     for (key, outcome) in [&key_a, &key_b].into_iter().zip(outcomes) {
-        let ClaimOutcome::Reconcile(unsettled) = outcome else {
+        let (ClaimOutcome::Reconcile(_), Some(answer)) =
+            (&outcome, Answer::of_claim("reconciler", &outcome))
+        else {
             panic!("a claim on expired {key} answered {outcome:?}, not reconcile");
-        };
-        let answer = Answer::MustReconcile {
-            dispatches: unsettled.dispatches,
-            provider_key: unsettled.provider_key,
         };
         run.history.record("reconciler", key, answer);
     }

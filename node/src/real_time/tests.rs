@@ -152,6 +152,17 @@ fn a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time() {
     );
 }
 
+/// The stamp of a leader lagging after a cold start in which one answering clock was
+/// hours behind: the lower bound is held at ledger time, the upper bound is real time
+/// plus the skew.
+fn cold_start_lag() -> Stamp {
+    Stamp {
+        ledger_ms: T0,
+        real_ms_min: T0,
+        real_ms_max: REAL_MS + SKEW_MS,
+    }
+}
+
 /// A lag after a cold start whose lower bound one slow clock held at ledger time raises
 /// only the upper bound, as a leader's wall clock ahead does; the stamp tells them apart
 /// by its lower bound. The lag is carried on, so that a later leader whose own clock is
@@ -159,11 +170,7 @@ fn a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time() {
 #[test]
 fn a_lag_with_its_lower_bound_at_ledger_time_is_carried_on() {
     let mut follower = RealTimeBound::new(SKEW_MS);
-    let lag = Stamp {
-        ledger_ms: T0,
-        real_ms_min: T0,
-        real_ms_max: REAL_MS + SKEW_MS,
-    };
+    let lag = cold_start_lag();
     follower.observe(&lag, true, 1_000);
     assert!(follower.lagging());
     // Elected with its own wall clock still at the old ledger time (hours behind), it
@@ -203,11 +210,7 @@ fn a_leaders_wall_clock_ahead_is_its_own_witness_not_a_lag_to_carry() {
     );
     // A node already lagging keeps its own lag.
     let mut lagging = RealTimeBound::new(SKEW_MS);
-    let lag = Stamp {
-        ledger_ms: T0,
-        real_ms_min: T0,
-        real_ms_max: REAL_MS + SKEW_MS,
-    };
+    let lag = cold_start_lag();
     lagging.observe(&lag, true, 1_000);
     lagging.observe(&stamp, true, 1_010);
     assert_eq!(

@@ -37,6 +37,27 @@ fn report_committed(token: u64) -> CommandBody {
     }
 }
 
+/// A claim of the effect through the keyed tool, asking for `lease_ms` if any.
+fn keyed_claim(holder: &str, lease_ms: Option<u64>) -> CommandBody {
+    CommandBody::Claim {
+        declaration: declaration(EFFECT, ToolKind::Keyed),
+        holder: holder.into(),
+        lease_ms,
+        confirmation: None,
+    }
+}
+
+/// A report that the send under `token` went out and its answer was lost.
+fn report_unknown(token: u64) -> CommandBody {
+    CommandBody::Report {
+        key: key(),
+        fencing_token: token,
+        report: Report::Unknown {
+            reason: "sent; the answer was lost".into(),
+        },
+    }
+}
+
 /// A reference ledger whose first fencing token went to another effect.
 fn reference() -> Ledger {
     let mut ledger = configured_ledger();
@@ -50,13 +71,17 @@ fn reference() -> Ledger {
     ledger
 }
 
-fn apply(ledger: &mut Ledger, id: &str, body: &CommandBody, at: u64) -> Outcome {
-    let command = Command {
+/// `body` as the tenant's command `id`.
+fn command(id: &str, body: &CommandBody) -> Command {
+    Command {
         command_id: id.into(),
         caller: Caller::Tenant(crate::fixtures::TENANT.into()),
         body: body.clone(),
-    };
-    ledger.apply(&command, at)
+    }
+}
+
+fn apply(ledger: &mut Ledger, id: &str, body: &CommandBody, at: u64) -> Outcome {
+    ledger.apply(&command(id, body), at)
 }
 
 fn op(id: &str, body: CommandBody, span: (u64, Option<u64>), outcome: Outcome) -> Op {
@@ -84,6 +109,17 @@ fn read(span: (u64, u64), ledger: &Ledger) -> Op {
 
 fn verdict(ops: &[Op]) -> Verdict {
     Search::new(ops.iter().collect(), 100_000).run(&configured_ledger())
+}
+
+/// The verdict when the run's wall clocks may lead real time by `real_max_lead_ms`.
+fn verdict_with_clock_lead(ops: &[Op], real_max_lead_ms: u64) -> Verdict {
+    Search::new(ops.iter().collect(), 100_000)
+        .with_clock_slack(ClockSlack {
+            lag_ms: 0,
+            lead_ms: 0,
+            real_max_lead_ms,
+        })
+        .run(&configured_ledger())
 }
 
 fn token(outcome: &Outcome) -> u64 {
@@ -279,21 +315,9 @@ fn a_grant_whose_horizon_starts_at_a_later_real_time_is_explained() {
 /// may lead.
 #[test]
 fn a_horizon_judged_passed_early_is_explained_only_by_a_clock_the_run_allows() {
-    let keyed_claim = |holder: &str| CommandBody::Claim {
-        declaration: declaration(EFFECT, ToolKind::Keyed),
-        holder: holder.into(),
-        lease_ms: None,
-        confirmation: None,
-    };
     let mut reference = reference();
-    let granted = apply(&mut reference, "c1", &keyed_claim("h1"), 1_000);
-    let unknown = CommandBody::Report {
-        key: key(),
-        fencing_token: token(&granted),
-        report: Report::Unknown {
-            reason: "sent; the answer was lost".into(),
-        },
-    };
+    let granted = apply(&mut reference, "c1", &keyed_claim("h1", None), 1_000);
+    let unknown = report_unknown(token(&granted));
     let reported = apply(&mut reference, "r1", &unknown, 1_100);
     let horizon_ms = reference
         .get(&key())
@@ -304,32 +328,21 @@ fn a_horizon_judged_passed_early_is_explained_only_by_a_clock_the_run_allows() {
         real_ms_min: 1_200,
         real_ms_max: 1_200 + 2 * horizon_ms,
     };
-    let again = Command {
-        command_id: "c2".into(),
-        caller: Caller::Tenant(crate::fixtures::TENANT.into()),
-        body: keyed_claim("h2"),
-    };
-    let passed = reference.apply_stamped(&again, ahead);
+    let passed = reference.apply_stamped(&command("c2", &keyed_claim("h2", None)), ahead);
     assert!(
         matches!(passed, Outcome::Claim(ClaimOutcome::HorizonPassed(_))),
         "{passed:?}"
     );
     let ops = [
-        op("c1", keyed_claim("h1"), (990, Some(1_010)), granted),
+        op("c1", keyed_claim("h1", None), (990, Some(1_010)), granted),
         op("r1", unknown, (1_090, Some(1_110)), reported),
-        op("c2", keyed_claim("h2"), (1_190, Some(1_210)), passed),
+        op("c2", keyed_claim("h2", None), (1_190, Some(1_210)), passed),
     ];
-    let judge = |real_max_lead_ms| {
-        Search::new(ops.iter().collect(), 100_000)
-            .with_clock_slack(ClockSlack {
-                lag_ms: 0,
-                lead_ms: 0,
-                real_max_lead_ms,
-            })
-            .run(&configured_ledger())
-    };
-    assert_eq!(judge(0), Verdict::NotLinearizable);
-    assert_eq!(judge(3 * horizon_ms), Verdict::Linearizable);
+    assert_eq!(verdict_with_clock_lead(&ops, 0), Verdict::NotLinearizable);
+    assert_eq!(
+        verdict_with_clock_lead(&ops, 3 * horizon_ms),
+        Verdict::Linearizable
+    );
 }
 
 /// A keyed re-send that asked for a longer lease than its policy's has it cut to end
@@ -338,21 +351,9 @@ fn a_horizon_judged_passed_early_is_explained_only_by_a_clock_the_run_allows() {
 /// the stamp's own nor the furthest a clock allows gives the same lease end.
 #[test]
 fn a_resend_lease_cut_at_its_deadline_is_explained_by_the_bound_it_shows() {
-    let keyed_claim = |holder: &str, lease_ms: Option<u64>| CommandBody::Claim {
-        declaration: declaration(EFFECT, ToolKind::Keyed),
-        holder: holder.into(),
-        lease_ms,
-        confirmation: None,
-    };
     let mut reference = reference();
     let granted = apply(&mut reference, "c1", &keyed_claim("h1", None), 1_000);
-    let unknown = CommandBody::Report {
-        key: key(),
-        fencing_token: token(&granted),
-        report: Report::Unknown {
-            reason: "sent; the answer was lost".into(),
-        },
-    };
+    let unknown = report_unknown(token(&granted));
     let reported = apply(&mut reference, "r1", &unknown, 1_100);
     let record = reference.get(&key()).expect("claimed");
     let deadline_ms = record.resend_deadline_ms().expect("a keyed record has one");
@@ -364,12 +365,7 @@ fn a_resend_lease_cut_at_its_deadline_is_explained_by_the_bound_it_shows() {
         real_ms_max: deadline_ms - lease_ms_max / 2,
     };
     let long = keyed_claim("h2", Some(lease_ms_max));
-    let again = Command {
-        command_id: "c2".into(),
-        caller: Caller::Tenant(crate::fixtures::TENANT.into()),
-        body: long.clone(),
-    };
-    let resent = reference.apply_stamped(&again, stamped);
+    let resent = reference.apply_stamped(&command("c2", &long), stamped);
     let lease_until_ms = match &resent {
         Outcome::Claim(ClaimOutcome::Proceed(grant)) => grant.lease_until_ms,
         other => panic!("not a re-send: {other:?}"),
@@ -385,20 +381,17 @@ fn a_resend_lease_cut_at_its_deadline_is_explained_by_the_bound_it_shows() {
         op("r1", unknown, (1_090, Some(1_110)), reported),
         op("c2", long, (1_190, Some(1_210)), resent),
     ];
-    let judge = |real_max_lead_ms| {
-        Search::new(ops.iter().collect(), 100_000)
-            .with_clock_slack(ClockSlack {
-                lag_ms: 0,
-                lead_ms: 0,
-                real_max_lead_ms,
-            })
-            .run(&configured_ledger())
-    };
     let shown_lead_ms = stamped.real_ms_max - 1_210;
-    assert_eq!(judge(shown_lead_ms), Verdict::Linearizable);
-    assert_eq!(judge(10 * shown_lead_ms), Verdict::Linearizable);
     assert_eq!(
-        judge(shown_lead_ms - 1),
+        verdict_with_clock_lead(&ops, shown_lead_ms),
+        Verdict::Linearizable
+    );
+    assert_eq!(
+        verdict_with_clock_lead(&ops, 10 * shown_lead_ms),
+        Verdict::Linearizable
+    );
+    assert_eq!(
+        verdict_with_clock_lead(&ops, shown_lead_ms - 1),
         Verdict::NotLinearizable,
         "the bound shown lies beyond what the run's clocks allow"
     );

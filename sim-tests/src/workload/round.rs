@@ -63,41 +63,18 @@ impl Actor {
             }
             Some(Ok(outcome)) => outcome,
         };
+        if let Some(answer) = Answer::of_claim(&holder, &outcome) {
+            self.history.record(&self.name, &key, answer);
+        }
         match outcome {
-            ClaimOutcome::Proceed(grant) => {
-                let answer = Answer::Granted {
-                    holder,
-                    grant: grant.clone(),
-                };
-                self.history.record(&self.name, &key, answer);
-                self.dispatch(&key, tool, grant, asked_at).await
-            }
-            ClaimOutcome::Replay { receipt } => {
-                self.history
-                    .record(&self.name, &key, Answer::Replayed { receipt });
-                Step::Settled
-            }
-            ClaimOutcome::InFlight {
-                holder,
-                attempt_id,
-                lease_until_ms,
-            } => {
-                let answer = Answer::InFlight { holder, attempt_id };
-                self.history.record(&self.name, &key, answer);
+            ClaimOutcome::Proceed(grant) => self.dispatch(&key, tool, grant, asked_at).await,
+            ClaimOutcome::Replay { .. } | ClaimOutcome::Escalated { .. } => Step::Settled,
+            ClaimOutcome::InFlight { lease_until_ms, .. } => {
                 self.pause_until(lease_until_ms).await;
                 Step::Later
             }
-            ClaimOutcome::Reconcile(unsettled) | ClaimOutcome::HorizonPassed(unsettled) => {
-                let answer = Answer::MustReconcile {
-                    dispatches: unsettled.dispatches,
-                    provider_key: unsettled.provider_key,
-                };
-                self.history.record(&self.name, &key, answer);
+            ClaimOutcome::Reconcile(_) | ClaimOutcome::HorizonPassed(_) => {
                 self.reconcile(&key).await
-            }
-            ClaimOutcome::Escalated { .. } => {
-                self.history.record(&self.name, &key, Answer::Escalated);
-                Step::Settled
             }
             ClaimOutcome::Conflict(conflict) => {
                 self.anomaly(
