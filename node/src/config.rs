@@ -29,6 +29,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use ledger_core::Caller;
+use ledger_raft_store::RocksOptions;
 
 /// Values given on the command line, which take precedence over the file's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -290,6 +291,50 @@ impl Default for SweeperSettings {
     }
 }
 
+/// RocksDB's memory: fixed by these two budgets whatever the number of records the
+/// ledger holds (records are read through the block cache, never all held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RocksdbSettings {
+    /// One LRU cache shared by every column family for data, index and filter blocks.
+    pub block_cache_bytes: usize,
+    /// All memtables together: writes are collected there and flushed to files once they
+    /// fill it. Larger holds more recent writes in memory; every write searches a larger
+    /// memtable.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for RocksdbSettings {
+    fn default() -> Self {
+        let defaults = RocksOptions::default();
+        RocksdbSettings {
+            block_cache_bytes: defaults.block_cache_bytes,
+            write_buffer_bytes: defaults.write_buffer_bytes,
+        }
+    }
+}
+
+impl RocksdbSettings {
+    /// The budgets as the disk takes them.
+    pub fn options(&self) -> RocksOptions {
+        RocksOptions {
+            block_cache_bytes: self.block_cache_bytes,
+            write_buffer_bytes: self.write_buffer_bytes,
+        }
+    }
+}
+
+/// Smallest accepted [`RocksdbSettings::block_cache_bytes`]: the index and filter blocks
+/// the cache pins, and a working set of data blocks, must fit.
+pub const BLOCK_CACHE_BYTES_MIN: usize = 8 << 20;
+
+/// Smallest accepted [`RocksdbSettings::write_buffer_bytes`]: below it memtables flush
+/// so often that the files they leave are compacted again and again.
+pub const WRITE_BUFFER_BYTES_MIN: usize = 4 << 20;
+
+/// Largest accepted budget of either kind.
+pub const ROCKSDB_BUDGET_BYTES_MAX: usize = 1 << 40;
+
 /// A node's configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -312,6 +357,9 @@ pub struct NodeConfig {
     /// Storage engine.
     #[serde(default)]
     pub storage: StorageKind,
+    /// RocksDB's memory budgets (with `storage = "rocksdb"`).
+    #[serde(default)]
+    pub rocksdb: RocksdbSettings,
     /// Shared by the cluster's nodes: authenticates the internal Raft service (with the
     /// peer's certificate when TLS is on). Given here or by `cluster_secret_file`.
     #[serde(default)]
@@ -504,6 +552,20 @@ impl NodeConfig {
         if self.clock_skew_ms_max > CLOCK_SKEW_MS_MAX_LIMIT {
             return invalid(format!(
                 "clock_skew_ms_max must be at most {CLOCK_SKEW_MS_MAX_LIMIT}"
+            ));
+        }
+        let rocksdb = &self.rocksdb;
+        if !(BLOCK_CACHE_BYTES_MIN..=ROCKSDB_BUDGET_BYTES_MAX).contains(&rocksdb.block_cache_bytes)
+        {
+            return invalid(format!(
+                "rocksdb.block_cache_bytes must be in {BLOCK_CACHE_BYTES_MIN}..={ROCKSDB_BUDGET_BYTES_MAX}"
+            ));
+        }
+        if !(WRITE_BUFFER_BYTES_MIN..=ROCKSDB_BUDGET_BYTES_MAX)
+            .contains(&rocksdb.write_buffer_bytes)
+        {
+            return invalid(format!(
+                "rocksdb.write_buffer_bytes must be in {WRITE_BUFFER_BYTES_MIN}..={ROCKSDB_BUDGET_BYTES_MAX}"
             ));
         }
         if self.sweeper.limit == 0 || self.sweeper.limit > ledger_core::limits::SWEEP_LIMIT_MAX {

@@ -134,11 +134,7 @@ async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Resul
         tracing::info!("metrics served at http://{addr}/metrics");
     }
     let disk: DiskRef = match config.storage {
-        StorageKind::Rocksdb => {
-            let path = config.data_dir.join("raft");
-            std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            Arc::new(RocksDisk::open(&path).map_err(|e| format!("{}: {e}", path.display()))?)
-        }
+        StorageKind::Rocksdb => open_rocksdb(&config)?,
         StorageKind::Memory => Arc::new(SimDisk::new()),
     };
     let started = ledger_node::start(&config, disk).await;
@@ -166,13 +162,21 @@ async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Resul
     })
 }
 
+/// The node's RocksDB under `data_dir/raft`, created if missing, within the configured
+/// memory budgets.
+fn open_rocksdb(config: &NodeConfig) -> Result<DiskRef, String> {
+    let path = config.data_dir.join("raft");
+    std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let disk = RocksDisk::open_with(&path, config.rocksdb.options())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Arc::new(disk))
+}
+
 /// Installs the backup at `from` into the node's storage (`config.data_dir`).
 async fn restore(config: &NodeConfig, from: &std::path::Path) -> Result<(), String> {
     let file = std::fs::File::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    let disk = open_rocksdb(config)?;
     let path = config.data_dir.join("raft");
-    std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let disk: DiskRef =
-        Arc::new(RocksDisk::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
     let restored = ledger_raft_store::restore(disk, std::io::BufReader::new(file))
         .await
         .map_err(|e| e.to_string())?;

@@ -32,7 +32,9 @@ use ledger_core::{
     Ledger, Outcome, ReplayClass, Report, Stamp, TenantSettings, ToolName, ToolPolicy, ToolRef,
 };
 use ledger_raft_store::types::{Entry, LogId};
-use ledger_raft_store::{DiskRef, LedgerRequest, LedgerStateMachine, RocksDisk, TypeConfig};
+use ledger_raft_store::{
+    DiskRef, LedgerRequest, LedgerStateMachine, RocksDisk, RocksOptions, TypeConfig,
+};
 use openraft::entry::RaftEntry;
 use openraft::storage::RaftStateMachine;
 use openraft::vote::RaftLeaderIdExt;
@@ -58,6 +60,14 @@ struct Options {
     /// Committed effects applied first, untimed: one row per size.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     retained: Vec<u64>,
+    /// RocksDB's memtables, all column families together, in MiB (`[rocksdb]
+    /// write_buffer_bytes`); the node's default when absent.
+    #[arg(long)]
+    write_buffer_mib: Option<usize>,
+    /// RocksDB's block cache in MiB (`[rocksdb] block_cache_bytes`); the node's default
+    /// when absent.
+    #[arg(long)]
+    block_cache_mib: Option<usize>,
     /// Passed by `cargo bench` to every benchmark binary.
     #[arg(long, hide = true)]
     bench: bool,
@@ -187,8 +197,8 @@ struct Machine {
 }
 
 impl Machine {
-    async fn open(path: &Path) -> Machine {
-        let disk: DiskRef = Arc::new(RocksDisk::open(path).expect("open RocksDB"));
+    async fn open(path: &Path, budget: RocksOptions) -> Machine {
+        let disk: DiskRef = Arc::new(RocksDisk::open_with(path, budget).expect("open RocksDB"));
         let sm = LedgerStateMachine::open(disk)
             .await
             .expect("open the state machine");
@@ -302,6 +312,15 @@ async fn main() {
             )
             .exit();
     }
+    let defaults = RocksOptions::default();
+    let budget = RocksOptions {
+        block_cache_bytes: o
+            .block_cache_mib
+            .map_or(defaults.block_cache_bytes, |m| m << 20),
+        write_buffer_bytes: o
+            .write_buffer_mib
+            .map_or(defaults.write_buffer_bytes, |m| m << 20),
+    };
     println!(
         "| store | retained before | effects | commands/entry | wall us/effect: median (min-max) of {} rounds | CPU us/effect (all threads) | effects/s on one core |",
         o.rounds
@@ -309,7 +328,7 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|");
     for &retained in &o.retained {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let mut machine = Machine::open(dir.path()).await;
+        let mut machine = Machine::open(dir.path(), budget).await;
         machine.run(0, retained, o.per_entry).await;
         let per_round = o.effects / o.rounds;
         let mut walls = Vec::new();

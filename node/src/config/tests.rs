@@ -23,12 +23,28 @@ fn minimal_config_gets_defaults_and_maps_keys() {
     assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
     assert_eq!(c.proposer.admitted_calls_max, 1_024);
     assert_eq!(c.proposer.overloaded_retry_after_ms, 100);
+    assert_eq!(c.rocksdb.options(), RocksOptions::default());
     assert_eq!(
         c.caller_for("tenant-acme-key-0001"),
         Some(Caller::Tenant("acme".into()))
     );
     assert_eq!(c.caller_for("operator-key-00001"), Some(Caller::Operator));
     assert_eq!(c.caller_for("nope"), None);
+}
+
+#[test]
+fn rocksdb_budgets_reach_the_disk() {
+    let text = format!(
+        "{MINIMAL}\n[rocksdb]\nblock_cache_bytes = 268435456\nwrite_buffer_bytes = 16777216"
+    );
+    let c = NodeConfig::from_toml(&text, Path::new("x.toml")).unwrap();
+    assert_eq!(
+        c.rocksdb.options(),
+        RocksOptions {
+            block_cache_bytes: 256 << 20,
+            write_buffer_bytes: 16 << 20,
+        }
+    );
 }
 
 #[test]
@@ -46,6 +62,10 @@ fn bad_configs_are_typed_errors() {
         format!("{MINIMAL}\n[proposer]\nqueue_capacity = 1000"),
         format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 0"),
         format!("{MINIMAL}\n[proposer]\noverloaded_retry_after_ms = 600000"),
+        format!("{MINIMAL}\n[rocksdb]\nblock_cache_bytes = 4096"),
+        format!("{MINIMAL}\n[rocksdb]\nwrite_buffer_bytes = 0"),
+        format!("{MINIMAL}\n[rocksdb]\nwrite_buffer_bytes = 2199023255552"),
+        format!("{MINIMAL}\n[rocksdb]\nmemtable_bytes = 67108864"),
     ] {
         assert!(
             NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),
