@@ -291,44 +291,11 @@ impl Default for SweeperSettings {
     }
 }
 
-/// RocksDB's memory: fixed by these two budgets whatever the number of records the
-/// ledger holds (records are read through the block cache, never all held).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RocksdbSettings {
-    /// One LRU cache shared by every column family for data, index and filter blocks.
-    pub block_cache_bytes: usize,
-    /// All memtables together: writes are collected there and flushed to files once they
-    /// fill it. Larger holds more recent writes in memory; every write searches a larger
-    /// memtable.
-    pub write_buffer_bytes: usize,
-}
-
-impl Default for RocksdbSettings {
-    fn default() -> Self {
-        let defaults = RocksOptions::default();
-        RocksdbSettings {
-            block_cache_bytes: defaults.block_cache_bytes,
-            write_buffer_bytes: defaults.write_buffer_bytes,
-        }
-    }
-}
-
-impl RocksdbSettings {
-    /// The budgets as the disk takes them.
-    pub fn options(&self) -> RocksOptions {
-        RocksOptions {
-            block_cache_bytes: self.block_cache_bytes,
-            write_buffer_bytes: self.write_buffer_bytes,
-        }
-    }
-}
-
-/// Smallest accepted [`RocksdbSettings::block_cache_bytes`]: the index and filter blocks
+/// Smallest accepted [`RocksOptions::block_cache_bytes`]: the index and filter blocks
 /// the cache pins, and a working set of data blocks, must fit.
 pub const BLOCK_CACHE_BYTES_MIN: usize = 8 << 20;
 
-/// Smallest accepted [`RocksdbSettings::write_buffer_bytes`]: below it memtables flush
+/// Smallest accepted [`RocksOptions::write_buffer_bytes`]: below it memtables flush
 /// so often that the files they leave are compacted again and again.
 pub const WRITE_BUFFER_BYTES_MIN: usize = 4 << 20;
 
@@ -357,9 +324,12 @@ pub struct NodeConfig {
     /// Storage engine.
     #[serde(default)]
     pub storage: StorageKind,
-    /// RocksDB's memory budgets (with `storage = "rocksdb"`).
+    /// RocksDB's memory budgets (with `storage = "rocksdb"`): `block_cache_bytes`, one
+    /// LRU cache for every column family's data, index and filter blocks;
+    /// `write_buffer_bytes`, all memtables together (smaller makes each write cheaper and
+    /// flushes, and compacts, more often).
     #[serde(default)]
-    pub rocksdb: RocksdbSettings,
+    pub rocksdb: RocksOptions,
     /// Shared by the cluster's nodes: authenticates the internal Raft service (with the
     /// peer's certificate when TLS is on). Given here or by `cluster_secret_file`.
     #[serde(default)]

@@ -167,7 +167,7 @@ async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Resul
 fn open_rocksdb(config: &NodeConfig) -> Result<DiskRef, String> {
     let path = config.data_dir.join("raft");
     std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let disk = RocksDisk::open_with(&path, config.rocksdb.options())
+    let disk = RocksDisk::open_with(&path, config.rocksdb)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Arc::new(disk))
 }

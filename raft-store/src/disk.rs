@@ -18,14 +18,37 @@
 use std::fmt;
 use std::sync::Arc;
 
+use serde::Deserialize;
+
 pub mod conformance;
 #[cfg(not(madsim))]
 mod rocks;
 mod sim;
 
 #[cfg(not(madsim))]
-pub use rocks::{RocksDisk, RocksOptions};
+pub use rocks::RocksDisk;
 pub use sim::{BitFlip, PowerFailure, SimDisk, TornValue, TornWrite};
+
+/// The memory RocksDB may use, whatever the amount of data: the ledger's records are
+/// read through the block cache, never all held. Plain data, so that a node's
+/// configuration (`[rocksdb]`) holds it in every build, the simulation's included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RocksOptions {
+    /// One LRU cache shared by every column family for data, index and filter blocks.
+    pub block_cache_bytes: usize,
+    /// All memtables of all column families together.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        RocksOptions {
+            block_cache_bytes: 128 << 20,
+            write_buffer_bytes: 64 << 20,
+        }
+    }
+}
 
 /// A separately ordered key space on a disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -44,9 +44,9 @@ pub mod state_machine;
 pub mod types;
 
 pub use backup::{restore, Restored};
-pub use disk::{Disk, DiskError, DiskRef, Keyspace, SimDisk, WriteBatch};
 #[cfg(not(madsim))]
-pub use disk::{RocksDisk, RocksOptions};
+pub use disk::RocksDisk;
+pub use disk::{Disk, DiskError, DiskRef, Keyspace, RocksOptions, SimDisk, WriteBatch};
 pub use error::StoreError;
 pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;

@@ -15,6 +15,7 @@ use ledger_node::config::{
     ApiKey, NodeConfig, ProposerSettings, RaftSettings, StorageKind, SweeperSettings,
     CLOCK_SKEW_MS_MAX_DEFAULT,
 };
+use ledger_raft_store::RocksOptions;
 
 /// The tenant every workload acts for.
 pub const TENANT: &str = "acme";
@@ -114,6 +115,7 @@ impl ClusterSettings {
             health_listen_addr: None,
             data_dir: PathBuf::from(format!("/sim/node{id}")),
             storage: StorageKind::Memory,
+            rocksdb: RocksOptions::default(),
             cluster_secret: CLUSTER_SECRET.into(),
             cluster_secret_file: None,
             previous_cluster_secrets: Vec::new(),

@@ -23,7 +23,7 @@ fn minimal_config_gets_defaults_and_maps_keys() {
     assert_eq!(c.clock_skew_ms_max, CLOCK_SKEW_MS_MAX_DEFAULT);
     assert_eq!(c.proposer.admitted_calls_max, 1_024);
     assert_eq!(c.proposer.overloaded_retry_after_ms, 100);
-    assert_eq!(c.rocksdb.options(), RocksOptions::default());
+    assert_eq!(c.rocksdb, RocksOptions::default());
     assert_eq!(
         c.caller_for("tenant-acme-key-0001"),
         Some(Caller::Tenant("acme".into()))
@@ -39,7 +39,7 @@ fn rocksdb_budgets_reach_the_disk() {
     );
     let c = NodeConfig::from_toml(&text, Path::new("x.toml")).unwrap();
     assert_eq!(
-        c.rocksdb.options(),
+        c.rocksdb,
         RocksOptions {
             block_cache_bytes: 256 << 20,
             write_buffer_bytes: 16 << 20,

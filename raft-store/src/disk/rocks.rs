@@ -14,7 +14,7 @@ use rocksdb::{
     SingleThreaded, SnapshotWithThreadMode,
 };
 
-use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, WriteBatch, WriteOp};
+use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, RocksOptions, WriteBatch, WriteOp};
 
 /// Named explicitly: the `multi-threaded-cf` feature, if another crate enabled it, would
 /// change what `rocksdb::DB` means. Column families are all created at open, so the
@@ -44,25 +44,6 @@ impl std::fmt::Debug for RocksDisk {
 
 fn engine(error: rocksdb::Error) -> DiskError {
     DiskError::Engine(Box::new(error))
-}
-
-/// The memory RocksDB may use, whatever the amount of data: the ledger's records are
-/// read through the block cache, never all held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RocksOptions {
-    /// One LRU cache shared by every column family for data, index and filter blocks.
-    pub block_cache_bytes: usize,
-    /// All memtables of all column families together.
-    pub write_buffer_bytes: usize,
-}
-
-impl Default for RocksOptions {
-    fn default() -> Self {
-        RocksOptions {
-            block_cache_bytes: 128 << 20,
-            write_buffer_bytes: 64 << 20,
-        }
-    }
 }
 
 impl RocksDisk {
