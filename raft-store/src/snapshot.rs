@@ -124,28 +124,23 @@ pub(crate) fn put_applied(
 /// any snapshot spool an earlier version left.
 pub(crate) fn clear_other_generations(disk: &DiskRef, live: u8) -> Result<(), StoreError> {
     let (from, to) = generation_range(1 - live);
-    let mut batch = WriteBatch::new();
-    delete_range_if_used(disk, &mut batch, &from, &to)?;
-    delete_range_if_used(disk, &mut batch, &[SPOOL], &[SPOOL + 1])?;
-    if !batch.is_empty() {
-        disk.write(batch)?;
-    }
-    Ok(())
+    delete_ranges_in_use(disk, &[(&from, &to), (&[SPOOL], &[SPOOL + 1])])
 }
 
-/// Adds the deletion of `[from, to)` of the state to `batch` unless nothing is stored
-/// there. A range deletion is not free after it is written: until the memtable holding it
-/// is flushed, RocksDB skips that memtable's bloom filter when it reads keys together
-/// (`get_many`, how an apply reads), so every absent key is searched for in the memtable.
-/// A node that deleted an empty range at every start paid that on every apply after it.
-fn delete_range_if_used(
-    disk: &DiskRef,
-    batch: &mut WriteBatch,
-    from: &[u8],
-    to: &[u8],
-) -> Result<(), StoreError> {
-    if !disk.range(Keyspace::State, from, Some(to), 1)?.is_empty() {
-        batch.delete_range(Keyspace::State, from, to);
+/// Deletes each `[from, to)` of the state in which a key is stored, in one batch, and
+/// writes nothing when none holds a key. A range deletion is not free once written: until
+/// the memtable holding it is flushed, RocksDB skips that memtable's bloom filter when it
+/// reads keys together (`get_many`, how an apply reads), so absent keys are searched for
+/// in the memtable; deleting empty ranges at every start paid that for nothing.
+fn delete_ranges_in_use(disk: &DiskRef, ranges: &[(&[u8], &[u8])]) -> Result<(), StoreError> {
+    let mut batch = WriteBatch::new();
+    for &(from, to) in ranges {
+        if !disk.range(Keyspace::State, from, Some(to), 1)?.is_empty() {
+            batch.delete_range(Keyspace::State, from, to);
+        }
+    }
+    if !batch.is_empty() {
+        disk.write(batch)?;
     }
     Ok(())
 }
@@ -157,12 +152,7 @@ const SPOOL: u8 = 2;
 /// Deletes generation `generation` (blocking).
 fn clear(disk: &DiskRef, generation: u8) -> Result<(), StoreError> {
     let (from, to) = generation_range(generation);
-    let mut batch = WriteBatch::new();
-    delete_range_if_used(disk, &mut batch, &from, &to)?;
-    if !batch.is_empty() {
-        disk.write(batch)?;
-    }
-    Ok(())
+    delete_ranges_in_use(disk, &[(&from, &to)])
 }
 
 /// The generation that is not live, which snapshots are received into, and which
