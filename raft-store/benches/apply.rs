@@ -14,7 +14,9 @@
 //! Each entry carries the claims of new effects and the reports of the previous entry's
 //! claims (`--per-entry` commands in all, 64 by default: what batches averaged in the
 //! cluster benchmark), every effect of tool `pay/refund` (keyed idempotent) of tenant
-//! `acme` as `ledger-load` makes them. For each `--retained` size the ledger is first
+//! `acme` as `ledger-load` makes them, keyed as its 256 clients key them
+//! (`--key-streams`: where an effect's keys fall in the memtable weighs on what its
+//! writes cost). For each `--retained` size the ledger is first
 //! filled with that many committed effects, then `--effects` more are applied in
 //! `--rounds` rounds, each timed alone. CPU time is the whole process's (RocksDB's flush
 //! and compaction threads included), from `getrusage`. The run fails if any effect does
@@ -57,6 +59,10 @@ struct Options {
     /// Rounds the effects are measured in, each timed alone.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
+    /// Effects are keyed as this many `ledger-load` clients key them, each client its
+    /// own numbered sequence (see [`Keys`]); 1 makes every key follow the one before.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    key_streams: u64,
     /// Committed effects applied first, untimed: one row per size.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     retained: Vec<u64>,
@@ -123,65 +129,84 @@ fn setup() -> Vec<Command> {
     ]
 }
 
-fn key(n: u64) -> EffectKey {
-    EffectKey::new(TENANT, "bench", format!("effect-{n}"))
+/// How effect keys are made: as `ledger-load`'s clients make them, each client its own
+/// numbered sequence, so that the records, command ids and indexes are written where a
+/// loaded cluster writes them. With one stream every key follows the one before it;
+/// with 256 (`ledger-load`'s clients in the benchmark table) consecutive effects land
+/// far apart in every table keyed by effect, as they do on a cluster.
+#[derive(Debug, Clone, Copy)]
+struct Keys {
+    streams: u64,
 }
 
-fn claim(n: u64) -> Command {
-    let key = key(n);
-    let declaration = Declaration {
-        workflow_id: format!("workflow-{}", n / 16),
-        tool: ToolRef {
-            provider: "pay".into(),
-            name: "refund".into(),
-            contract_version: "v1".into(),
-        },
-        authority: Authority {
-            principal: "load".into(),
-            policy_generation: 1,
-        },
-        target: format!("load/{}", key.key),
-        intent_json: format!(r#"{{"amount":{n},"client":{}}}"#, n % 256),
-        key,
-    };
-    tenant(
-        format!("effect-{n}/claim"),
-        CommandBody::Claim {
-            declaration,
-            holder: "bench".into(),
-            lease_ms: None,
-            confirmation: None,
-        },
-    )
-}
+impl Keys {
+    /// The name of effect `n`: the `n / streams`th effect of stream `n % streams`.
+    fn name(self, n: u64) -> String {
+        format!("bench-{}-{}", n % self.streams, n / self.streams)
+    }
 
-fn report(n: u64, fencing_token: u64) -> Command {
-    tenant(
-        format!("effect-{n}/report"),
-        CommandBody::Report {
-            key: key(n),
-            fencing_token,
-            report: Report::Committed {
-                receipt: format!("r-effect-{n}"),
+    fn key(self, n: u64) -> EffectKey {
+        EffectKey::new(TENANT, "bench", self.name(n))
+    }
+
+    fn claim(self, n: u64) -> Command {
+        let name = self.name(n);
+        let declaration = Declaration {
+            workflow_id: format!("workflow-{}", n % self.streams),
+            tool: ToolRef {
+                provider: "pay".into(),
+                name: "refund".into(),
+                contract_version: "v1".into(),
             },
-        },
-    )
+            authority: Authority {
+                principal: "load".into(),
+                policy_generation: 1,
+            },
+            target: format!("load/{name}"),
+            intent_json: format!(r#"{{"amount":{n},"client":{}}}"#, n % self.streams),
+            key: self.key(n),
+        };
+        tenant(
+            format!("{name}/claim"),
+            CommandBody::Claim {
+                declaration,
+                holder: "bench".into(),
+                lease_ms: None,
+                confirmation: None,
+            },
+        )
+    }
+
+    fn report(self, n: u64, fencing_token: u64) -> Command {
+        let name = self.name(n);
+        tenant(
+            format!("{name}/report"),
+            CommandBody::Report {
+                key: self.key(n),
+                fencing_token,
+                report: Report::Committed {
+                    receipt: format!("r-{name}"),
+                },
+            },
+        )
+    }
 }
 
 /// The entries of effects `from..to`: each claims the next effects and reports the ones
 /// the entry before it claimed; the last one only reports. Claims are granted fencing
 /// tokens in order from `first_token`.
-fn entries(from: u64, to: u64, per_entry: u64, first_token: u64) -> Vec<Vec<Command>> {
+fn entries(keys: Keys, from: u64, to: u64, per_entry: u64, first_token: u64) -> Vec<Vec<Command>> {
     let claims = per_entry / 2;
     let token = |n: u64| first_token + (n - from);
     let mut out = Vec::new();
     let mut reported = from;
     let mut next = from;
     while reported < to {
-        let mut commands: Vec<Command> = (reported..next).map(|n| report(n, token(n))).collect();
+        let mut commands: Vec<Command> =
+            (reported..next).map(|n| keys.report(n, token(n))).collect();
         reported = next;
         let claimed = to.min(next + claims);
-        commands.extend((next..claimed).map(claim));
+        commands.extend((next..claimed).map(|n| keys.claim(n)));
         next = claimed;
         out.push(commands);
     }
@@ -192,18 +217,20 @@ fn entries(from: u64, to: u64, per_entry: u64, first_token: u64) -> Vec<Vec<Comm
 /// entry.
 struct Machine {
     sm: LedgerStateMachine,
+    keys: Keys,
     index: u64,
     fencing_token: u64,
 }
 
 impl Machine {
-    async fn open(path: &Path, budget: RocksOptions) -> Machine {
+    async fn open(path: &Path, budget: RocksOptions, keys: Keys) -> Machine {
         let disk: DiskRef = Arc::new(RocksDisk::open_with(path, budget).expect("open RocksDB"));
         let sm = LedgerStateMachine::open(disk)
             .await
             .expect("open the state machine");
         let mut machine = Machine {
             sm,
+            keys,
             index: 0,
             fencing_token: 0,
         };
@@ -211,18 +238,18 @@ impl Machine {
         // One effect claimed alone tells the first fencing token; later claims are
         // granted the next ones in order.
         let probe = u64::MAX / 2;
-        machine.apply(vec![claim(probe)]).await;
+        machine.apply(vec![keys.claim(probe)]).await;
         let record = machine
             .sm
             .reader()
-            .read(|ledger| ledger.get(&key(probe)))
+            .read(|ledger| ledger.get(&keys.key(probe)))
             .expect("read the ledger")
             .expect("the probe effect was claimed");
         let token = record
             .open_attempt()
             .expect("the probe effect has an open attempt")
             .fencing_token;
-        machine.apply(vec![report(probe, token)]).await;
+        machine.apply(vec![keys.report(probe, token)]).await;
         machine.fencing_token = token + 1;
         machine
     }
@@ -243,7 +270,7 @@ impl Machine {
 
     /// Applies effects `from..to`; returns the time it took.
     async fn run(&mut self, from: u64, to: u64, per_entry: u64) -> Duration {
-        let entries = entries(from, to, per_entry, self.fencing_token);
+        let entries = entries(self.keys, from, to, per_entry, self.fencing_token);
         self.fencing_token += to - from;
         let started = Instant::now();
         for commands in entries {
@@ -262,15 +289,21 @@ impl Machine {
 
 /// The same entries on the core ledger in memory, after the probe effect that tells the
 /// first fencing token; returns how many commands were applied.
-fn run_in_memory(effects: u64, per_entry: u64, ledger: &mut Ledger, at: &mut u64) -> u64 {
+fn run_in_memory(
+    keys: Keys,
+    effects: u64,
+    per_entry: u64,
+    ledger: &mut Ledger,
+    at: &mut u64,
+) -> u64 {
     let probe = u64::MAX / 2;
-    let token = match ledger.apply(&claim(probe), *at) {
+    let token = match ledger.apply(&keys.claim(probe), *at) {
         Outcome::Claim(ClaimOutcome::Proceed(grant)) => grant.fencing_token,
         other => panic!("the probe effect was not granted: {other:?}"),
     };
-    ledger.apply(&report(probe, token), *at);
+    ledger.apply(&keys.report(probe, token), *at);
     let mut applied = 0;
-    for commands in entries(0, effects, per_entry, token + 1) {
+    for commands in entries(keys, 0, effects, per_entry, token + 1) {
         *at += 1;
         for command in &commands {
             ledger.apply_stamped(command, Stamp::at(*at));
@@ -312,6 +345,9 @@ async fn main() {
             )
             .exit();
     }
+    let keys = Keys {
+        streams: o.key_streams,
+    };
     let defaults = RocksOptions::default();
     let budget = RocksOptions {
         block_cache_bytes: o
@@ -322,13 +358,13 @@ async fn main() {
             .map_or(defaults.write_buffer_bytes, |m| m << 20),
     };
     println!(
-        "| store | retained before | effects | commands/entry | wall us/effect: median (min-max) of {} rounds | CPU us/effect (all threads) | effects/s on one core |",
+        "| store | retained before | effects | commands/entry | key streams | wall us/effect: median (min-max) of {} rounds | CPU us/effect (all threads) | effects/s on one core |",
         o.rounds
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for &retained in &o.retained {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let mut machine = Machine::open(dir.path(), budget).await;
+        let mut machine = Machine::open(dir.path(), budget, keys).await;
         machine.run(0, retained, o.per_entry).await;
         let per_round = o.effects / o.rounds;
         let mut walls = Vec::new();
@@ -351,8 +387,9 @@ async fn main() {
         let min = walls.iter().copied().fold(f64::INFINITY, f64::min);
         let max = walls.iter().copied().fold(0.0, f64::max);
         println!(
-            "| RocksDB (LedgerStateMachine) | {retained} | {measured} | {} | {:.1} ({min:.1}-{max:.1}) | {:.1} | {:.0} |",
+            "| RocksDB (LedgerStateMachine) | {retained} | {measured} | {} | {} | {:.1} ({min:.1}-{max:.1}) | {:.1} | {:.0} |",
             o.per_entry,
+            o.key_streams,
             median(walls),
             micros_per(cpu, measured),
             measured as f64 / wall_total.as_secs_f64(),
@@ -366,7 +403,7 @@ async fn main() {
     }
     let cpu_before = cpu_time();
     let started = Instant::now();
-    let commands = run_in_memory(o.effects, o.per_entry, &mut ledger, &mut at);
+    let commands = run_in_memory(keys, o.effects, o.per_entry, &mut ledger, &mut at);
     let wall = started.elapsed();
     let cpu = cpu_time() - cpu_before;
     assert_eq!(commands, 2 * o.effects);
@@ -376,9 +413,10 @@ async fn main() {
         "every effect must end committed in memory too"
     );
     println!(
-        "| memory (Ledger<MemStore>) | 0 | {} | {} | {:.1} | {:.1} | {:.0} |",
+        "| memory (Ledger<MemStore>) | 0 | {} | {} | {} | {:.1} | {:.1} | {:.0} |",
         o.effects,
         o.per_entry,
+        o.key_streams,
         micros_per(wall, o.effects),
         micros_per(cpu, o.effects),
         o.effects as f64 / wall.as_secs_f64(),
