@@ -162,10 +162,15 @@ async fn serve(config: NodeConfig, path: PathBuf, overrides: Overrides) -> Resul
     })
 }
 
-/// The node's RocksDB under `data_dir/raft`, created if missing, within the configured
-/// memory budgets.
+/// Where the node's RocksDB lives: `data_dir/raft`.
+fn rocksdb_dir(config: &NodeConfig) -> PathBuf {
+    config.data_dir.join("raft")
+}
+
+/// The node's RocksDB (`rocksdb_dir`), created if missing, within the configured memory
+/// budgets.
 fn open_rocksdb(config: &NodeConfig) -> Result<DiskRef, String> {
-    let path = config.data_dir.join("raft");
+    let path = rocksdb_dir(config);
     std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let disk = RocksDisk::open_with(&path, config.rocksdb)
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -176,7 +181,6 @@ fn open_rocksdb(config: &NodeConfig) -> Result<DiskRef, String> {
 async fn restore(config: &NodeConfig, from: &std::path::Path) -> Result<(), String> {
     let file = std::fs::File::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
     let disk = open_rocksdb(config)?;
-    let path = config.data_dir.join("raft");
     let restored = ledger_raft_store::restore(disk, std::io::BufReader::new(file))
         .await
         .map_err(|e| e.to_string())?;
@@ -184,7 +188,7 @@ async fn restore(config: &NodeConfig, from: &std::path::Path) -> Result<(), Stri
     println!(
         "restored {} into {}: the ledger at log index {} of its cluster, state digest {digest}",
         from.display(),
-        path.display(),
+        rocksdb_dir(config).display(),
         restored
             .source_index
             .map_or_else(|| "-".to_owned(), |i| i.to_string()),

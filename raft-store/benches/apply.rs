@@ -46,6 +46,9 @@ const TENANT: &str = "acme";
 /// Ledger time of the first entry; each entry is 1 ms later.
 const START_MS: u64 = 1_700_000_000_000;
 
+/// Largest `--*-mib` accepted: 1 TiB, the node's own limit on either budget.
+const MIB_MAX: u64 = 1 << 20;
+
 /// Apply claims and reports on the shipped state machine (RocksDB) and on the core ledger
 /// in memory; print a table of the time per effect.
 #[derive(Debug, Parser)]
@@ -68,12 +71,12 @@ struct Options {
     retained: Vec<u64>,
     /// RocksDB's memtables, all column families together, in MiB (`[rocksdb]
     /// write_buffer_bytes`); the node's default when absent.
-    #[arg(long)]
-    write_buffer_mib: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MIB_MAX))]
+    write_buffer_mib: Option<u64>,
     /// RocksDB's block cache in MiB (`[rocksdb] block_cache_bytes`); the node's default
     /// when absent.
-    #[arg(long)]
-    block_cache_mib: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MIB_MAX))]
+    block_cache_mib: Option<u64>,
     /// Passed by `cargo bench` to every benchmark binary.
     #[arg(long, hide = true)]
     bench: bool,
@@ -352,10 +355,10 @@ async fn main() {
     let budget = RocksOptions {
         block_cache_bytes: o
             .block_cache_mib
-            .map_or(defaults.block_cache_bytes, |m| m << 20),
+            .map_or(defaults.block_cache_bytes, |m| (m << 20) as usize),
         write_buffer_bytes: o
             .write_buffer_mib
-            .map_or(defaults.write_buffer_bytes, |m| m << 20),
+            .map_or(defaults.write_buffer_bytes, |m| (m << 20) as usize),
     };
     println!(
         "| store | retained before | effects | commands/entry | key streams | wall us/effect: median (min-max) of {} rounds | CPU us/effect (all threads) | effects/s on one core |",
