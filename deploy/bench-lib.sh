@@ -98,6 +98,30 @@ save_metrics() {
   for n in 1 2 3; do scrape_metrics "$n" > "$1-$n.prom" || : > "$1-$n.prom"; done
 }
 
+# How many elections the cluster held between two sets of pages saved by save_metrics
+# ($1 before, $2 after): the rise of the highest Raft term any node reports, "?" when no
+# node answered. Term 1 is the cluster's first leader, so a page taken before the nodes
+# sampled it (term 0, their gauges are read once a second) counts from 1.
+elections_between() {
+  python3 - "$1" "$2" <<'EOF_PY'
+import re, sys
+def highest_term(prefix):
+    terms = []
+    for node in (1, 2, 3):
+        try:
+            with open(f"{prefix}-{node}.prom") as page:
+                for line in page:
+                    m = re.match(r"^ledger_raft_term (\S+)$", line.strip())
+                    if m:
+                        terms.append(float(m.group(1)))
+        except OSError:
+            pass
+    return max(terms) if terms else None
+before, after = highest_term(sys.argv[1]), highest_term(sys.argv[2])
+print("?" if before is None or after is None else int(after - max(before, 1)))
+EOF_PY
+}
+
 # Where a command's time went between two sets of pages saved by save_metrics ($1 before,
 # $2 after), with leader $3 and $4 effects done in between: a markdown table of each
 # stage's count, mean and total per effect.

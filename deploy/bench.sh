@@ -25,8 +25,9 @@
 # Ratios are effects/s (or PostgreSQL claim+report pairs/s) over etcd's writes/s at the
 # first load in ETCD_LOADS. For each ledger row, the nodes' Prometheus pages before and
 # after it give where an effect's time went (proposer queue, Raft write, log write and
-# sync, replication round trips, apply; bench-lib.sh's stage_table); the last row's
-# breakdown ends the results. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
+# sync, replication round trips, apply; bench-lib.sh's stage_table) and how many
+# elections the row saw (the rise of the highest Raft term, 0 when none; the same for
+# each rate); the last row's breakdown ends the results. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
 #
 # Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
 # (default "l"), RATES (default "500 2000 5000"; empty for none), RATE_IN_FLIGHT (1024),
@@ -52,7 +53,8 @@ SKIP=${SKIP:-}
 RESULTS=$BENCH_DIR/results.md
 ETCD_PIDS=()
 declare -A ETCD_P99=()
-# "p50 p99 p999 achieved/s failures" of each open-loop row, by rate.
+# "p50 p99 p999 achieved/s failures" of each open-loop row by rate (the ledger's followed
+# by its elections).
 declare -A ETCD_AT=() LEDGER_AT=()
 STAGES=
 
@@ -192,7 +194,7 @@ run_ledger() {
       "$(echo "$json" | json_field effect.count || echo 0)" > "$BENCH_DIR/stages-$c.md"
     STAGES="$c clients:"$'\n\n'"$(cat "$BENCH_DIR/stages-$c.md")"
     per_s=$(echo "$json" | json_field effect.per_s)
-    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures)${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms} |")
+    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures), elections $(elections_between "$BENCH_DIR/metrics-$c-before" "$BENCH_DIR/metrics-$c-after")${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms} |")
   done
   if [ -n "$RATES" ]; then
     echo "== ledger: a fresh cluster for the rates"
@@ -206,9 +208,12 @@ run_ledger() {
   local rate
   for rate in $RATES; do
     echo "== ledger: --rate $rate, $SECONDS_PER_ROW s"
+    save_metrics "$BENCH_DIR/metrics-rate-$rate-before"
     json=$(ledger_load --rate "$rate" --clients "$RATE_IN_FLIGHT" --seconds "$SECONDS_PER_ROW")
+    save_metrics "$BENCH_DIR/metrics-rate-$rate-after"
     echo "$json" > "$BENCH_DIR/ledger-rate-$rate.json"
-    LEDGER_AT[$rate]=$(open_loop_fields "$json")
+    LEDGER_AT[$rate]="$(open_loop_fields "$json") $(elections_between \
+      "$BENCH_DIR/metrics-rate-$rate-before" "$BENCH_DIR/metrics-rate-$rate-after")"
   done
   ledger_cluster "$BENCH_DIR/ledger" stop
 }
@@ -225,12 +230,12 @@ open_loop_fields() {
 # The open-loop table: etcd puts and ledger effects at each rate, side by side.
 open_loop_table() {
   local rate e l
-  echo "| offered per s | etcd put p50 / p99 / p999 ms | etcd puts/s done | ledger effect p50 / p99 / p999 ms | ledger effects/s done | ledger p99 / etcd p99 | failed calls etcd / ledger |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| offered per s | etcd put p50 / p99 / p999 ms | etcd puts/s done | ledger effect p50 / p99 / p999 ms | ledger effects/s done | ledger p99 / etcd p99 | failed calls etcd / ledger | ledger elections |"
+  echo "|---|---|---|---|---|---|---|---|"
   for rate in $RATES; do
     read -r -a e <<< "${ETCD_AT[$rate]:-? ? ? ? ?}"
-    read -r -a l <<< "${LEDGER_AT[$rate]:-? ? ? ? ?}"
-    echo "| $rate | ${e[0]} / ${e[1]} / ${e[2]} | ${e[3]} | ${l[0]} / ${l[1]} / ${l[2]} | ${l[3]} | $(p99_ratio "${l[1]}" "${e[1]}") | ${e[4]} / ${l[4]} |"
+    read -r -a l <<< "${LEDGER_AT[$rate]:-? ? ? ? ? ?}"
+    echo "| $rate | ${e[0]} / ${e[1]} / ${e[2]} | ${e[3]} | ${l[0]} / ${l[1]} / ${l[2]} | ${l[3]} | $(p99_ratio "${l[1]}" "${e[1]}") | ${e[4]} / ${l[4]} | ${l[5]} |"
   done
 }
 
