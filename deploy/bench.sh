@@ -27,7 +27,8 @@
 # after it give where an effect's time went (proposer queue, Raft write, log write and
 # sync, replication round trips, apply; bench-lib.sh's stage_table) and how many
 # elections the row saw (the rise of the highest Raft term, 0 when none; the same for
-# each rate); the last row's breakdown ends the results. Runs as root (installs etcd; PostgreSQL runs as PG_USER).
+# each rate); the last row's breakdown ends the results. Runs as root (installs etcd;
+# PostgreSQL runs as PG_USER).
 #
 # Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
 # (default "l"), RATES (default "500 2000 5000"; empty for none), RATE_IN_FLIGHT (1024),
