@@ -2,7 +2,10 @@
 //!
 //! A snapshot is a header (`LSN` and a format byte) followed by one frame per entry of
 //! the primary tables ([`Table::PRIMARY`]), tables in that order and keys ascending:
-//! `table id (1 byte) | key length (u32 BE) | key | value length (u32 BE) | value`. One
+//! `table id (1 byte) | key length (u32 BE) | key | value length (u32 BE) | value`, and
+//! an end frame: `0xFF | SHA-256 of every byte before it`. A stream cut short at a frame
+//! boundary (a sender that stopped at a read error, a backup file copied in part) has no
+//! end frame and is refused, as is one whose bytes changed on the way. One
 //! state has exactly one stream, so replicas can compare snapshots, or their digests,
 //! byte for byte. Derived tables (indexes, counts, usage) are not carried: a [`Restore`]
 //! rebuilds them through the same writes the transitions make, after checking every
@@ -30,8 +33,14 @@ pub const SNAPSHOT_BYTES_MAX: usize = 1 << 34;
 /// Largest key or value in a frame: larger lengths are corrupt.
 pub const FRAME_FIELD_BYTES_MAX: usize = 64 << 20;
 
-/// The header every snapshot stream starts with.
-pub const HEADER: [u8; 4] = [b'L', b'S', b'N', 3];
+/// The header every snapshot stream starts with (format 4: with an end frame).
+pub const HEADER: [u8; 4] = [b'L', b'S', b'N', 4];
+
+/// The first byte of the end frame; no table has this id.
+const END_FRAME: u8 = 0xFF;
+
+/// Bytes of the end frame.
+const END_FRAME_BYTES: usize = 1 + 32;
 
 /// Why snapshot bytes were refused.
 #[derive(Debug, thiserror::Error)]
@@ -45,12 +54,48 @@ pub enum SnapshotError {
 }
 
 /// Appends one frame.
-pub fn put_frame(out: &mut Vec<u8>, table: Table, key: &[u8], value: &[u8]) {
+fn put_frame(out: &mut Vec<u8>, table: Table, key: &[u8], value: &[u8]) {
     out.push(table.id());
     out.extend_from_slice(&(key.len() as u32).to_be_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(&(value.len() as u32).to_be_bytes());
     out.extend_from_slice(value);
+}
+
+/// Writes a stream in order, into buffers of the caller's choosing: the header, one frame
+/// per entry, then the end frame with the SHA-256 of everything written before it.
+#[derive(Debug, Clone, Default)]
+pub struct StreamWriter {
+    hasher: Sha256,
+}
+
+impl StreamWriter {
+    /// Appends the header to `out`.
+    pub fn start(out: &mut Vec<u8>) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(HEADER);
+        out.extend_from_slice(&HEADER);
+        StreamWriter { hasher }
+    }
+
+    /// Appends the frame of one entry to `out`.
+    pub fn frame(&mut self, out: &mut Vec<u8>, table: Table, key: &[u8], value: &[u8]) {
+        let from = out.len();
+        put_frame(out, table, key, value);
+        self.hasher.update(&out[from..]);
+    }
+
+    /// Appends the end frame to `out`; returns the SHA-256 of the whole stream, end frame
+    /// included ([`Ledger::state_digest`]).
+    pub fn end(self, out: &mut Vec<u8>) -> [u8; 32] {
+        let mut hasher = self.hasher;
+        let before: [u8; 32] = hasher.clone().finalize().into();
+        let from = out.len();
+        out.push(END_FRAME);
+        out.extend_from_slice(&before);
+        hasher.update(&out[from..]);
+        hasher.finalize().into()
+    }
 }
 
 /// One entry read from a stream.
@@ -64,6 +109,10 @@ pub struct Frames {
     /// Where the unread part of `buffer` starts.
     at: usize,
     header_seen: bool,
+    /// SHA-256 of the bytes read so far, to check the end frame against.
+    hasher: Sha256,
+    /// The end frame was read and matched.
+    ended: bool,
 }
 
 impl Frames {
@@ -79,9 +128,20 @@ impl Frames {
         self.buffer.extend_from_slice(piece);
     }
 
-    /// The next whole frame, `Ok(None)` when the buffer holds none yet.
+    /// The next whole frame, `Ok(None)` when the buffer holds none yet or the stream has
+    /// ended. An error for bytes that are not a stream of this format, an end frame that
+    /// does not match what came before it, or anything after the end frame.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, SnapshotError> {
         let unread = &self.buffer[self.at..];
+        if self.ended {
+            if unread.is_empty() {
+                return Ok(None);
+            }
+            return Err(SnapshotError::Decode(format!(
+                "{} bytes after the end frame",
+                unread.len()
+            )));
+        }
         if !self.header_seen {
             if unread.len() < HEADER.len() {
                 return Ok(None);
@@ -92,24 +152,42 @@ impl Frames {
                     &unread[..HEADER.len()]
                 )));
             }
+            self.hasher.update(HEADER);
             self.at += HEADER.len();
             self.header_seen = true;
         }
-        let Some((frame, used)) = parse_frame(&self.buffer[self.at..])? else {
+        let unread = &self.buffer[self.at..];
+        if unread.first() == Some(&END_FRAME) {
+            if unread.len() < END_FRAME_BYTES {
+                return Ok(None);
+            }
+            let read: [u8; 32] = self.hasher.clone().finalize().into();
+            if unread[1..END_FRAME_BYTES] != read {
+                return Err(SnapshotError::Decode(
+                    "the end frame's SHA-256 does not match the stream: bytes changed on the way"
+                        .into(),
+                ));
+            }
+            self.at += END_FRAME_BYTES;
+            self.ended = true;
+            return self.next_frame();
+        }
+        let Some((frame, used)) = parse_frame(unread)? else {
             return Ok(None);
         };
+        self.hasher.update(&unread[..used]);
         self.at += used;
         Ok(Some(frame))
     }
 
-    /// Checks that the stream ended on a frame boundary after its header.
+    /// Checks that the stream ended with its end frame.
     pub fn finish(&self) -> Result<(), SnapshotError> {
         if !self.header_seen {
             return Err(SnapshotError::Decode("no header".into()));
         }
-        if self.at != self.buffer.len() {
+        if !self.ended {
             return Err(SnapshotError::Decode(format!(
-                "{} bytes of a partial frame at the end",
+                "the stream ends without its end frame ({} bytes of a partial frame): cut short",
                 self.buffer.len() - self.at
             )));
         }
@@ -161,22 +239,22 @@ impl<S: Store> Ledger<S> {
 
     /// The whole state as bytes; equal states give equal bytes.
     pub fn to_snapshot(&self) -> Vec<u8> {
-        let mut out = HEADER.to_vec();
-        self.visit_snapshot(|table, key, value| put_frame(&mut out, table, key, value));
+        let mut out = Vec::new();
+        let mut writer = StreamWriter::start(&mut out);
+        self.visit_snapshot(|table, key, value| writer.frame(&mut out, table, key, value));
+        writer.end(&mut out);
         out
     }
 
     /// SHA-256 of [`Ledger::to_snapshot`], computed without holding the snapshot.
     pub fn state_digest(&self) -> [u8; 32] {
-        let mut hasher = Sha256::new();
-        hasher.update(HEADER);
         let mut frame = Vec::new();
+        let mut writer = StreamWriter::start(&mut frame);
         self.visit_snapshot(|table, key, value| {
             frame.clear();
-            put_frame(&mut frame, table, key, value);
-            hasher.update(&frame);
+            writer.frame(&mut frame, table, key, value);
         });
-        hasher.finalize().into()
+        writer.end(&mut frame)
     }
 }
 
@@ -355,28 +433,85 @@ mod tests {
     use super::*;
     use crate::store::StoreExt;
 
-    #[test]
-    fn frames_split_anywhere_read_the_same() {
-        let mut bytes = HEADER.to_vec();
-        put_frame(
+    /// A stream of two frames, and where each frame ends.
+    fn two_frames() -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = Vec::new();
+        let mut writer = StreamWriter::start(&mut bytes);
+        let mut ends = vec![bytes.len()];
+        writer.frame(
             &mut bytes,
             Table::Meta,
             CLOCK_KEY,
             &crate::store::encode_value(&5u64),
         );
-        put_frame(&mut bytes, Table::Tenants, &keycode::string("acme"), b"x");
-        for cut in 0..bytes.len() {
-            let mut frames = Frames::new();
-            let mut read = Vec::new();
-            for piece in [&bytes[..cut], &bytes[cut..]] {
-                frames.extend(piece);
-                while let Some(frame) = frames.next_frame().unwrap() {
-                    read.push(frame);
-                }
+        ends.push(bytes.len());
+        writer.frame(&mut bytes, Table::Tenants, &keycode::string("acme"), b"x");
+        ends.push(bytes.len());
+        writer.end(&mut bytes);
+        (bytes, ends)
+    }
+
+    /// Reads `bytes` in two pieces cut at `cut`: the frames, and what `finish` says.
+    fn read(bytes: &[u8], cut: usize) -> Result<Vec<Frame>, SnapshotError> {
+        let mut frames = Frames::new();
+        let mut read = Vec::new();
+        for piece in [&bytes[..cut], &bytes[cut..]] {
+            frames.extend(piece);
+            while let Some(frame) = frames.next_frame()? {
+                read.push(frame);
             }
-            frames.finish().unwrap();
-            assert_eq!(read.len(), 2, "cut at {cut}");
         }
+        frames.finish()?;
+        Ok(read)
+    }
+
+    #[test]
+    fn frames_split_anywhere_read_the_same() {
+        let (bytes, _) = two_frames();
+        for cut in 0..=bytes.len() {
+            assert_eq!(read(&bytes, cut).unwrap().len(), 2, "cut at {cut}");
+        }
+    }
+
+    /// A sender that stops at a read error ends its stream on a frame boundary: without
+    /// the end frame that stream would read as a whole, smaller ledger.
+    #[test]
+    fn a_stream_cut_short_anywhere_is_refused() {
+        let (bytes, ends) = two_frames();
+        for len in 0..bytes.len() {
+            let cut = &bytes[..len];
+            let err = read(cut, len / 2).expect_err("a stream without its end frame");
+            if ends.contains(&len) {
+                assert!(err.to_string().contains("cut short"), "{len}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_changed_byte_or_bytes_after_the_end_are_refused() {
+        let (bytes, _) = two_frames();
+        for at in 0..bytes.len() {
+            let mut changed = bytes.clone();
+            changed[at] ^= 0x10;
+            assert!(read(&changed, at).is_err(), "byte {at} changed");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let err = read(&longer, 3).expect_err("a byte after the end");
+        assert!(err.to_string().contains("after the end frame"), "{err}");
+    }
+
+    #[test]
+    fn the_state_digest_is_the_sha256_of_the_whole_stream() {
+        let mut ledger = Ledger::new();
+        ledger.store.save(Table::Meta, CLOCK_KEY.to_vec(), &7u64);
+        let stream = ledger.to_snapshot();
+        assert_eq!(
+            ledger.state_digest(),
+            <[u8; 32]>::from(Sha256::digest(&stream))
+        );
+        let restored = Ledger::from_snapshot(&stream).unwrap();
+        assert_eq!(restored.to_snapshot(), stream);
     }
 
     #[test]
@@ -394,7 +529,7 @@ mod tests {
             "unknown meta"
         );
         let mut frames = Frames::new();
-        frames.extend(b"LSN\x02");
+        frames.extend(b"LSN\x03");
         assert!(frames.next_frame().is_err(), "other format");
         let restored = restore.finish().unwrap();
         assert_eq!(

@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ledger_core::snapshot::{put_frame, Frames, Restore, HEADER};
+use ledger_core::snapshot::{Frames, Restore, StreamWriter};
 use ledger_core::store::Table;
 use serde::{Deserialize, Serialize};
 
@@ -535,11 +535,12 @@ impl SnapshotData {
                 meta,
             } => {
                 let mut head = stream_head(meta)?;
-                head.extend_from_slice(&HEADER);
+                let writer = StreamWriter::start(&mut head);
                 Chunking::View {
                     view: view.clone(),
                     generation: *generation,
                     head,
+                    writer: Some(writer),
                     table: 0,
                     cursor: Vec::new(),
                 }
@@ -572,6 +573,8 @@ enum Chunking {
         generation: u8,
         /// What goes before the first frame, not yet returned.
         head: Vec<u8>,
+        /// Frames the stream and ends it; `None` once the end frame is written.
+        writer: Option<StreamWriter>,
         /// Position in [`Table::PRIMARY`] of the table being read.
         table: usize,
         /// The next key to read in it.
@@ -615,10 +618,14 @@ impl SnapshotChunks {
                 view,
                 generation,
                 head,
+                writer,
                 table,
                 cursor,
             } => {
                 let mut out = std::mem::take(head);
+                let Some(frames) = writer else {
+                    return Ok(None);
+                };
                 while out.len() < max_bytes && *table < Table::PRIMARY.len() {
                     let t = Table::PRIMARY[*table];
                     let from = disk_key(*generation, t, cursor);
@@ -627,7 +634,7 @@ impl SnapshotChunks {
                     for (key, stored) in &page {
                         // Damaged data is never sent: the stream stops with an error.
                         let value = opened(stored).map_err(StoreError::Damaged)?;
-                        put_frame(&mut out, t, &key[2..], &value);
+                        frames.frame(&mut out, t, &key[2..], &value);
                     }
                     match page.last() {
                         Some((last, _)) if page.len() == VIEW_PAGE => {
@@ -638,6 +645,11 @@ impl SnapshotChunks {
                             *table += 1;
                             cursor.clear();
                         }
+                    }
+                }
+                if *table == Table::PRIMARY.len() {
+                    if let Some(frames) = writer.take() {
+                        frames.end(&mut out);
                     }
                 }
                 Ok((!out.is_empty()).then_some(out))

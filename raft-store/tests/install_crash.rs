@@ -458,3 +458,60 @@ fn a_stream_received_whole_is_not_taken_over_before_it_is_installed() {
         );
     });
 }
+
+/// A leader whose stored value fails its checksum stops its stream at that value, on a
+/// frame boundary: the follower must refuse what arrived, not install a ledger without
+/// the rest of the records, the tombstones and the remembered command ids.
+#[test]
+fn a_stream_stopped_at_a_damaged_value_is_refused() {
+    LedgerRuntime::run(async {
+        let disk = Arc::new(SimDisk::new());
+        let shared: DiskRef = disk.clone();
+        let (_, mut leader) = open(shared).await.expect("open");
+        let entries = vec![
+            membership_entry(1, 1, &[NODE_ID]),
+            normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
+            normal_entry(1, 3, STAMPED_AT_MS + 5, many_claims("leader")),
+        ];
+        assert!(apply(&mut leader, entries).await);
+        disk.sync().expect("sync");
+        // Remembered commands come last in a stream, after every record.
+        let commands = ledger_core::Table::Commands.id();
+        let keys: Vec<Vec<u8>> = disk
+            .range(Keyspace::State, &[], None, usize::MAX)
+            .expect("range")
+            .into_iter()
+            .map(|(key, _)| key)
+            .filter(|key| key.get(1) == Some(&commands))
+            .collect();
+        assert!(keys.len() >= 600, "the claims' command ids are stored");
+        disk.flip_bit(Keyspace::State, &keys[keys.len() / 2], 100)
+            .expect("flip")
+            .expect("a synced command");
+        let snapshot = leader.build_snapshot().await.expect("build");
+
+        let mut chunks = snapshot.snapshot.chunks().expect("chunks");
+        let mut sent = Vec::new();
+        let stopped = loop {
+            match chunks.next_chunk(4096) {
+                Ok(Some(piece)) => sent.push(piece),
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        let stopped = stopped.expect("the damaged record stops the stream");
+        assert!(stopped.to_string().contains("damage"), "{stopped}");
+        assert!(!sent.is_empty(), "the records before the damage were sent");
+
+        let (_, follower) = fresh().await;
+        let mut receiver = follower.reader().receive_snapshot().expect("receive");
+        for piece in &sent {
+            receiver.push(piece).expect("each piece is well formed");
+        }
+        let refused = receiver
+            .finish(&snapshot.meta)
+            .expect_err("a stream without its end is refused");
+        assert!(refused.to_string().contains("cut short"), "{refused}");
+        assert_eq!(follower.reader().last_applied_index(), None);
+    });
+}
