@@ -31,6 +31,8 @@ use sha2::{Digest, Sha256};
 use ledger_core::Caller;
 use ledger_raft_store::RocksOptions;
 
+use crate::proposer::COMMAND_BYTES_MAX;
+
 /// Values given on the command line, which take precedence over the file's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
@@ -394,6 +396,17 @@ pub const ADMITTED_BYTES_LIMIT: usize = u32::MAX as usize;
 /// a moment of overload into a minute of idle callers.
 pub const OVERLOADED_RETRY_AFTER_MS_LIMIT: u64 = 10_000;
 
+/// Largest accepted [`ProposerSettings::request_timeout_ms`] (ten minutes).
+pub const REQUEST_TIMEOUT_MS_LIMIT: u64 = 600_000;
+
+/// Largest accepted [`SweeperSettings::interval_ms`] (an hour): leases must expire and
+/// records be collected on some schedule.
+pub const SWEEP_INTERVAL_MS_LIMIT: u64 = 3_600_000;
+
+/// Most bytes of entries one message to a follower may carry: a peer message's limit,
+/// less room for the rest of the message.
+pub const PEER_PAYLOAD_BYTES_MAX: usize = crate::network::PEER_MESSAGE_BYTES_MAX - (1 << 20);
+
 fn default_clock_skew_ms_max() -> u64 {
     CLOCK_SKEW_MS_MAX_DEFAULT
 }
@@ -488,8 +501,30 @@ impl NodeConfig {
             return invalid("election_timeout_max_ms must exceed election_timeout_min_ms".into());
         }
         let p = &self.proposer;
-        if p.max_batch_commands == 0 || p.max_in_flight_batches == 0 || p.queue_capacity == 0 {
+        if p.max_batch_commands == 0
+            || p.max_batch_bytes == 0
+            || p.max_in_flight_batches == 0
+            || p.queue_capacity == 0
+        {
             return invalid("proposer sizes must be positive".into());
+        }
+        if p.request_timeout_ms == 0 || p.request_timeout_ms > REQUEST_TIMEOUT_MS_LIMIT {
+            return invalid(format!(
+                "proposer.request_timeout_ms must be in 1..={REQUEST_TIMEOUT_MS_LIMIT}"
+            ));
+        }
+        // An entry is at most max_batch_bytes and one more command; one message to a
+        // follower carries at most max_payload_entries of them.
+        let entry_bytes_max = p.max_batch_bytes.saturating_add(COMMAND_BYTES_MAX);
+        if r.max_payload_entries == 0
+            || (r.max_payload_entries as usize).saturating_mul(entry_bytes_max)
+                > PEER_PAYLOAD_BYTES_MAX
+        {
+            return invalid(format!(
+                "raft.max_payload_entries times (proposer.max_batch_bytes + {COMMAND_BYTES_MAX}) \
+                 must be in 1..={PEER_PAYLOAD_BYTES_MAX}: a follower could never receive a \
+                 larger message"
+            ));
         }
         if r.append_timeout_ms < r.heartbeat_interval_ms {
             return invalid("append_timeout_ms must be at least heartbeat_interval_ms".into());
@@ -536,6 +571,11 @@ impl NodeConfig {
         {
             return invalid(format!(
                 "rocksdb.write_buffer_bytes must be in {WRITE_BUFFER_BYTES_MIN}..={ROCKSDB_BUDGET_BYTES_MAX}"
+            ));
+        }
+        if self.sweeper.interval_ms == 0 || self.sweeper.interval_ms > SWEEP_INTERVAL_MS_LIMIT {
+            return invalid(format!(
+                "sweeper.interval_ms must be in 1..={SWEEP_INTERVAL_MS_LIMIT}"
             ));
         }
         if self.sweeper.limit == 0 || self.sweeper.limit > ledger_core::limits::SWEEP_LIMIT_MAX {

@@ -38,7 +38,7 @@ use crate::config::ProposerSettings;
 use crate::error::NodeError;
 use crate::metrics::FORWARD_COMMANDS;
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
-use crate::proposer::{answer_all, approx_bytes};
+use crate::proposer::answer_all;
 use crate::wire::{self, ForwardRequest, ForwardResponse};
 
 /// Groups on their way to the leader at once. The leader proposes a group's commands in
@@ -49,6 +49,8 @@ pub const FORWARD_TIMEOUT_MS: u64 = 10_000;
 
 struct Waiting {
     command: Command,
+    /// The command's encoded size (`proposer::encoded_bytes`).
+    bytes: usize,
     reply: oneshot::Sender<Result<Outcome, NodeError>>,
 }
 
@@ -150,12 +152,21 @@ impl Forwarder {
         }
     }
 
-    /// Forwards `command` to `leader` with whatever else is waiting for it, and returns
-    /// its outcome.
-    pub async fn forward(&self, leader: u64, command: Command) -> Result<Outcome, NodeError> {
+    /// Forwards `command`, of `bytes` encoded, to `leader` with whatever else is waiting
+    /// for it, and returns its outcome.
+    pub async fn forward(
+        &self,
+        leader: u64,
+        command: Command,
+        bytes: usize,
+    ) -> Result<Outcome, NodeError> {
         let (reply, answer) = oneshot::channel();
         self.queue(leader)
-            .send(Waiting { command, reply })
+            .send(Waiting {
+                command,
+                bytes,
+                reply,
+            })
             .map_err(|_| NodeError::Internal("forwarder stopped".into()))?;
         answer
             .await
@@ -188,7 +199,7 @@ async fn run(route: Route, leader: u64, mut rx: mpsc::UnboundedReceiver<Waiting>
         let mut next = Some(first);
         while let Some(waiting) = next.take() {
             if !waiting.reply.is_closed() {
-                bytes += approx_bytes(&waiting.command);
+                bytes += waiting.bytes;
                 group.push(waiting);
             }
             if group.len() < limits.commands && bytes < limits.bytes {

@@ -35,7 +35,7 @@ use crate::admission::Admission;
 use crate::error::NodeError;
 use crate::forwarder::{unexpected, Forwarder, Route};
 use crate::ledger_time::{LedgerTime, PeerAnswer};
-use crate::proposer::{approx_bytes, Proposer};
+use crate::proposer::{check_size, encoded_bytes, Proposer};
 use crate::security::Security;
 use crate::wire::{ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
 
@@ -105,17 +105,20 @@ impl LedgerNode {
 
     /// Applies `command` through Raft wherever the leader is, and returns its outcome.
     /// Fails with `Overloaded`, having proposed nothing, when this node or the leader
-    /// admits no more calls.
+    /// admits no more calls, and with `BadRequest` for a command larger than any the
+    /// ledger accepts.
     pub async fn submit(&self, command: Command) -> Result<Outcome, NodeError> {
-        let _admitted = self.admission.admit(approx_bytes(&command))?;
+        let bytes = encoded_bytes(&command);
+        check_size(bytes)?;
+        let _admitted = self.admission.admit(bytes)?;
         let mut last = NodeError::Unavailable("no attempt made".into());
         for _ in 0..ROUTE_ATTEMPTS {
             let leader = self.wait_for_leader().await?;
             let result = if leader == self.id {
                 self.settle_time().await;
-                self.proposer.propose(command.clone()).await
+                self.proposer.propose(command.clone(), bytes).await
             } else {
-                self.forwarder.forward(leader, command.clone()).await
+                self.forwarder.forward(leader, command.clone(), bytes).await
             };
             match result {
                 Err(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) => last = e,
@@ -130,7 +133,8 @@ impl LedgerNode {
     /// leader's own housekeeping (sweeps), which must never be forwarded.
     pub async fn propose_local(&self, command: Command) -> Result<Outcome, NodeError> {
         self.settle_time().await;
-        self.proposer.propose(command).await
+        let bytes = encoded_bytes(&command);
+        self.proposer.propose(command, bytes).await
     }
 
     /// Asks the peers what they know of time, once after the node started, before its
@@ -215,13 +219,17 @@ impl LedgerNode {
                 return ForwardResponse::NotLeader(self.current_leader());
             }
             ForwardRequest::Commands(commands) => {
-                let bytes = commands.iter().map(approx_bytes).sum();
+                let sizes: Vec<usize> = commands.iter().map(encoded_bytes).collect();
+                let bytes = sizes.iter().fold(0, |sum: usize, b| sum.saturating_add(*b));
                 let _admitted = match self.admission.admit_many(commands.len(), bytes) {
                     Ok(admitted) => admitted,
                     Err(e) => return forward_error(e),
                 };
                 self.settle_time().await;
-                let proposals = commands.into_iter().map(|c| self.proposer.propose(c));
+                let proposals = commands
+                    .into_iter()
+                    .zip(sizes)
+                    .map(|(c, bytes)| self.proposer.propose(c, bytes));
                 group_answer(futures::future::join_all(proposals).await)
                     .map(ForwardResponse::Outcomes)
             }

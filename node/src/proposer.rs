@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use ledger_core::{Command, CommandBody, Outcome};
+use ledger_core::{Command, Outcome};
 use ledger_raft_store::{LedgerRequest, Raft};
 
 use crate::config::ProposerSettings;
@@ -23,6 +23,8 @@ use crate::metrics::{Stopwatch, BATCH_COMMANDS, QUEUE_SECONDS, RAFT_WRITE_SECOND
 
 struct Pending {
     command: Command,
+    /// [`encoded_bytes`] of the command.
+    bytes: usize,
     reply: oneshot::Sender<Result<Outcome, NodeError>>,
     queued: Stopwatch,
 }
@@ -47,14 +49,17 @@ impl Proposer {
         }
     }
 
-    /// Proposes one command and waits for its outcome. Fails with `NotLeader` when this
-    /// node is not (or stops being) the leader: the command may or may not have been
-    /// committed, which is why callers retry with the same command id.
-    pub async fn propose(&self, command: Command) -> Result<Outcome, NodeError> {
+    /// Proposes one command, of `bytes` ([`encoded_bytes`]), and waits for its outcome.
+    /// Fails with `NotLeader` when this node is not (or stops being) the leader: the
+    /// command may or may not have been committed, which is why callers retry with the
+    /// same command id. A command over [`COMMAND_BYTES_MAX`] is refused, unproposed.
+    pub async fn propose(&self, command: Command, bytes: usize) -> Result<Outcome, NodeError> {
+        check_size(bytes)?;
         let (reply, rx) = oneshot::channel();
         self.tx
             .try_send(Pending {
                 command,
+                bytes,
                 reply,
                 queued: Stopwatch::start(),
             })
@@ -87,11 +92,11 @@ async fn run(
             return;
         };
         let mut batch = vec![first];
-        let mut bytes = approx_bytes(&batch[0].command);
+        let mut bytes = batch[0].bytes;
         while batch.len() < settings.max_batch_commands && bytes < settings.max_batch_bytes {
             match rx.try_recv() {
                 Ok(next) => {
-                    bytes += approx_bytes(&next.command);
+                    bytes += next.bytes;
                     batch.push(next);
                 }
                 Err(_) => break,
@@ -160,28 +165,115 @@ pub(crate) fn answer_all(
     }
 }
 
-/// A cheap upper estimate of a command's encoded size, to bound an entry (and the bytes a
-/// node admits) without encoding it twice.
-pub(crate) fn approx_bytes(command: &Command) -> usize {
-    const FIXED: usize = 512;
-    FIXED
-        + match &command.body {
-            CommandBody::Claim { declaration, .. }
-            | CommandBody::Declare { declaration, .. }
-            | CommandBody::Amend { declaration } => declaration.intent_json.len(),
-            CommandBody::Report { report, .. } => match report {
-                ledger_core::Report::Committed { receipt } => receipt.len(),
-                ledger_core::Report::FailedBeforeEffect { proof } => proof.len(),
-                ledger_core::Report::Unknown { reason } => reason.len(),
+/// Largest command a node proposes, encoded. Every field of a command has a limit in the
+/// ledger (`ledger_core::limits`); the largest command those limits allow, an operator's
+/// decision or an observation with a whole receipt and a detail, is under 80 KiB. So only
+/// a command the ledger would refuse anyway is refused here, and before it is replicated:
+/// a few commands of megabytes each would make one entry larger than a message between
+/// peers may be, and no follower could ever receive it.
+pub const COMMAND_BYTES_MAX: usize = 256 << 10;
+
+/// A command's size encoded as the Raft log and the peers' messages carry it: what bounds
+/// an entry and what a node admits.
+pub fn encoded_bytes(command: &Command) -> usize {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    match bincode::serde::encode_into_writer(command, &mut size, bincode::config::standard()) {
+        Ok(()) => size.bytes_written,
+        // A command holds nothing serde cannot encode; were it to, it is not proposed.
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Refuses a command of `bytes` over [`COMMAND_BYTES_MAX`].
+pub(crate) fn check_size(bytes: usize) -> Result<(), NodeError> {
+    if bytes > COMMAND_BYTES_MAX {
+        return Err(NodeError::BadRequest(format!(
+            "command of {bytes} bytes encoded, more than the {COMMAND_BYTES_MAX} any command \
+             within the ledger's limits takes: a field is too long"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ledger_core::limits::{
+        COMMAND_ID_BYTES_MAX, DETAIL_BYTES_MAX, INTENT_BYTES_MAX, KEY_BYTES_MAX,
+        NAMESPACE_BYTES_MAX, NAME_BYTES_MAX, RECEIPT_BYTES_MAX, TENANT_BYTES_MAX,
+    };
+    use ledger_core::{
+        Authority, Caller, CommandBody, Decision, Declaration, EffectKey, ObservationResult,
+        ToolRef,
+    };
+
+    use super::*;
+
+    fn longest(bytes: usize) -> String {
+        "x".repeat(bytes)
+    }
+
+    /// The largest commands the ledger's field limits allow stay well under
+    /// [`COMMAND_BYTES_MAX`], so the node never refuses one the ledger would accept.
+    #[test]
+    fn the_largest_commands_within_the_ledgers_limits_are_proposed() {
+        let key = EffectKey::new(
+            longest(TENANT_BYTES_MAX),
+            longest(NAMESPACE_BYTES_MAX),
+            longest(KEY_BYTES_MAX),
+        );
+        let name = longest(NAME_BYTES_MAX);
+        let declaration = Declaration {
+            key: key.clone(),
+            workflow_id: name.clone(),
+            tool: ToolRef {
+                provider: name.clone(),
+                name: name.clone(),
+                contract_version: name.clone(),
             },
-            CommandBody::Observe { result, detail, .. } => {
-                detail.len()
-                    + match result {
-                        ledger_core::ObservationResult::Committed { receipt } => receipt.len(),
-                        _ => 0,
-                    }
-            }
-            CommandBody::Decide { note, .. } => note.len() + 64 * 1024,
-            _ => 0,
+            authority: Authority {
+                principal: name.clone(),
+                policy_generation: u64::MAX,
+            },
+            target: name.clone(),
+            intent_json: longest(INTENT_BYTES_MAX),
+        };
+        let bodies = [
+            CommandBody::Claim {
+                declaration,
+                holder: name.clone(),
+                lease_ms: Some(u64::MAX),
+                confirmation: Some(longest(DETAIL_BYTES_MAX)),
+            },
+            CommandBody::Observe {
+                key: key.clone(),
+                fencing_token: u64::MAX,
+                result: ObservationResult::Committed {
+                    receipt: longest(RECEIPT_BYTES_MAX),
+                },
+                detail: longest(DETAIL_BYTES_MAX),
+            },
+            CommandBody::Decide {
+                key,
+                decision: Decision::Committed {
+                    receipt: longest(RECEIPT_BYTES_MAX),
+                },
+                operator: name.clone(),
+                note: longest(DETAIL_BYTES_MAX),
+            },
+        ];
+        for body in bodies {
+            let command = Command {
+                command_id: longest(COMMAND_ID_BYTES_MAX),
+                caller: Caller::Tenant(longest(TENANT_BYTES_MAX)),
+                body,
+            };
+            let bytes = encoded_bytes(&command);
+            assert!(bytes < 80 << 10, "{}: {bytes} bytes", command.body.name());
+            assert!(check_size(bytes).is_ok());
         }
+        assert!(matches!(
+            check_size(COMMAND_BYTES_MAX + 1),
+            Err(NodeError::BadRequest(_))
+        ));
+    }
 }

@@ -354,3 +354,40 @@ async fn a_stale_leaders_snapshot_is_answered_with_the_nodes_vote_unread() {
         "answered with {vote}, not above the stale {stale}"
     );
 }
+
+/// Fields past the ledger's limits but within a gRPC message (a holder of almost 4 MiB),
+/// many at once: each call is refused before it is proposed. Proposed, a few of them would
+/// make one Raft entry larger than a message to a follower may be, and nothing after it
+/// could ever commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_fields_are_refused_before_they_are_replicated() {
+    let cluster = ProcessCluster::start(3);
+    cluster.form().await;
+    let leader = cluster.leader().await;
+    let tenant = cluster.client_of(leader, TENANT_KEY);
+    let holder = "h".repeat((4 << 20) - (64 << 10));
+    let calls = (0..20).map(|i| {
+        let mut raw =
+            Grpc::new(tenant.transport().channel(0)).max_encoding_message_size(usize::MAX);
+        let request = tenant.transport().request(pb::ClaimRequest::new(
+            format!("oversized-{i}"),
+            refund(TENANT, &format!("oversized-{i}"), "{}".into()),
+            &holder,
+            None,
+            None,
+        ));
+        async move { raw.claim(request).await }
+    });
+    for answer in futures::future::join_all(calls).await {
+        let status = answer.expect_err("an oversized claim is refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("too long"), "{status:?}");
+    }
+    match claim(&tenant, "after", refund(TENANT, "after", "{}".into())).await {
+        Ok(ClaimOutcome::Proceed(_)) => {}
+        other => panic!("the cluster stopped committing: {other:?}"),
+    }
+    cluster.converged().await;
+    let key = EffectKey::new(TENANT, "wire", "oversized-0");
+    assert!(tenant.get(key).await.unwrap().is_none(), "stored");
+}

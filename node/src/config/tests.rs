@@ -66,12 +66,31 @@ fn bad_configs_are_typed_errors() {
         format!("{MINIMAL}\n[rocksdb]\nwrite_buffer_bytes = 0"),
         format!("{MINIMAL}\n[rocksdb]\nwrite_buffer_bytes = 2199023255552"),
         format!("{MINIMAL}\n[rocksdb]\nmemtable_bytes = 67108864"),
+        format!("{MINIMAL}\n[sweeper]\ninterval_ms = 0"),
+        format!("{MINIMAL}\n[proposer]\nrequest_timeout_ms = 0"),
+        format!("{MINIMAL}\n[proposer]\nmax_batch_bytes = 0"),
+        format!("{MINIMAL}\n[raft]\nmax_payload_entries = 0"),
+        // 64 entries of 1 MiB and one more command: more than a peer message may carry.
+        format!("{MINIMAL}\n[raft]\nmax_payload_entries = 64"),
     ] {
         assert!(
             NodeConfig::from_toml(&bad, Path::new("x.toml")).is_err(),
             "{bad}"
         );
     }
+}
+
+#[test]
+fn an_append_fits_a_peer_message() {
+    let fits = format!("{MINIMAL}\n[raft]\nmax_payload_entries = 48");
+    let c = NodeConfig::from_toml(&fits, Path::new("x.toml")).unwrap();
+    assert_eq!(c.raft.max_payload_entries, 48);
+    let err = NodeConfig::from_toml(
+        &format!("{MINIMAL}\n[raft]\nmax_payload_entries = 64"),
+        Path::new("x.toml"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("max_payload_entries"), "{err}");
 }
 
 #[test]
