@@ -229,6 +229,49 @@ async fn proof_of_failure_allows_a_new_attempt_and_nothing_else_does() {
     assert_eq!(provider.total(), 1);
 }
 
+/// What an upstream or provider says has no length limit; the ledger's fields do. A
+/// proof or receipt longer than the ledger keeps is fitted to it, so the effect still
+/// ends failed (or committed) instead of waiting out its lease as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_proof_or_receipt_is_fitted_and_the_effect_settles() {
+    use ledger_core::limits::{DETAIL_BYTES_MAX, RECEIPT_BYTES_MAX};
+    let ledger = Ledger::start().await;
+    let runner = ledger.runner("server-a", 30_000);
+    let c = call("pay/refund", "r-long", r#"{"order":"o9","amount":3}"#);
+    let refused = runner
+        .effect(c.clone())
+        .run(|_| async {
+            DispatchResult::NotCommitted {
+                proof: format!("400: {}", "card expired ".repeat(1_000)),
+            }
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, EffectOutcome::FailedBeforeEffect { .. }),
+        "{refused:?}"
+    );
+    let record = wait_for_state(&ledger, &c, EffectState::FailedBeforeEffect).await;
+    let proof = format!("{:?}", record.attempts[0].outcome);
+    assert!(proof.contains("bytes in all"), "{proof}");
+    assert!(proof.len() < DETAIL_BYTES_MAX + 100);
+    let done = runner
+        .effect(c.clone())
+        .run(|_| async {
+            DispatchResult::Committed {
+                receipt: "r".repeat(RECEIPT_BYTES_MAX + 1),
+            }
+        })
+        .await
+        .unwrap();
+    let EffectOutcome::Done { receipt } = done else {
+        panic!("expected done, got {done:?}");
+    };
+    assert!(receipt.contains("receipt_reduced"), "{receipt}");
+    let record = wait_for_state(&ledger, &c, EffectState::Committed).await;
+    assert_eq!(record.receipt.as_deref(), Some(receipt.as_str()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_intent_with_n_slots_is_n_effects_each_run_once() {
     let ledger = Ledger::start().await;

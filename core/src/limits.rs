@@ -56,3 +56,69 @@ pub const LEASE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// stays small however much is due. (A declaration's slots are collected together, so a
 /// collection may exceed its limit by up to [`SLOTS_MAX`] - 1 records.)
 pub const SWEEP_LIMIT_MAX: u32 = 10_000;
+
+/// `text` as a proof, reason or observation detail the ledger accepts: whole when it fits
+/// [`DETAIL_BYTES_MAX`], else its start (cut on a character boundary) and its length. A
+/// sender fits what an upstream or provider said before reporting it: refused for its
+/// length, a report that proves nothing happened would leave the effect unknown.
+pub fn fit_detail(text: &str) -> String {
+    if text.len() <= DETAIL_BYTES_MAX {
+        return text.to_owned();
+    }
+    let tail = format!("... ({} bytes in all)", text.len());
+    let mut end = DETAIL_BYTES_MAX - tail.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{tail}", &text[..end])
+}
+
+/// `receipt` as a receipt the ledger accepts: whole when it fits [`RECEIPT_BYTES_MAX`],
+/// else a JSON note of its length and SHA-256. Refused for its length, a receipt would
+/// leave a committed effect unreported until its lease ran out.
+pub fn fit_receipt(receipt: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if receipt.len() <= RECEIPT_BYTES_MAX {
+        return receipt.to_owned();
+    }
+    let digest: [u8; 32] = Sha256::digest(receipt.as_bytes()).into();
+    serde_json::json!({
+        "receipt_reduced": true,
+        "receipt_bytes": receipt.len(),
+        "receipt_sha256": crate::intent::hex(&digest),
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fitted_details_and_receipts_are_within_the_limits_and_short_ones_unchanged() {
+        assert_eq!(fit_detail("short"), "short");
+        assert_eq!(fit_receipt("{\"id\":1}"), "{\"id\":1}");
+        for text in [
+            "x".repeat(10_000),
+            "é".repeat(5_000),
+            "€".repeat(DETAIL_BYTES_MAX),
+        ] {
+            let fitted = fit_detail(&text);
+            assert!(fitted.len() <= DETAIL_BYTES_MAX, "{}", fitted.len());
+            assert!(fitted.ends_with(&format!("({} bytes in all)", text.len())));
+            assert!(text.starts_with(fitted.split("...").next().unwrap()));
+        }
+        let exact = "x".repeat(DETAIL_BYTES_MAX);
+        assert_eq!(fit_detail(&exact), exact);
+        let large = "r".repeat(RECEIPT_BYTES_MAX + 1);
+        let fitted = fit_receipt(&large);
+        assert!(fitted.len() <= RECEIPT_BYTES_MAX);
+        assert_eq!(
+            fitted,
+            fit_receipt(&large),
+            "the same receipt, the same note"
+        );
+        let note: serde_json::Value = serde_json::from_str(&fitted).unwrap();
+        assert_eq!(note["receipt_bytes"], serde_json::json!(large.len()));
+    }
+}

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use ledger_client::DispatchResult;
+use ledger_core::limits::fit_receipt;
 
 use crate::transport::{JsonAnswer, Method, ProviderRequest, ProviderTransport, SendError};
 
@@ -19,18 +20,31 @@ const DETAIL_CHARS_MAX: usize = 1_000;
 
 /// `body` as text, short enough for a ledger proof or reason.
 pub(crate) fn shortened(body: &Value) -> String {
-    body.to_string().chars().take(DETAIL_CHARS_MAX).collect()
+    shortened_text(&body.to_string())
+}
+
+/// `text`, short enough for a ledger proof or reason (at most 4,000 bytes).
+pub(crate) fn shortened_text(text: &str) -> String {
+    text.chars().take(DETAIL_CHARS_MAX).collect()
+}
+
+/// `body` as the receipt the ledger keeps: its JSON text, or, when that is longer than
+/// the ledger keeps a receipt, a note of its size and SHA-256 (`fit_receipt`).
+pub(crate) fn receipt_of(body: &Value) -> String {
+    fit_receipt(&body.to_string())
 }
 
 /// What an exchange with a provider proves.
 pub fn classify(answer: Result<JsonAnswer, SendError>) -> DispatchResult {
     match answer {
         Err(SendError::NotSent(e)) => DispatchResult::NotCommitted {
-            proof: format!("never sent: {e}"),
+            proof: format!("never sent: {}", shortened_text(&e)),
         },
-        Err(SendError::AfterSend(e)) => DispatchResult::Unknown { reason: e },
+        Err(SendError::AfterSend(e)) => DispatchResult::Unknown {
+            reason: shortened_text(&e),
+        },
         Ok(a) if (200..300).contains(&a.status) => DispatchResult::Committed {
-            receipt: a.body.to_string(),
+            receipt: receipt_of(&a.body),
         },
         Ok(a) if (400..500).contains(&a.status) && !matches!(a.status, 408 | 409 | 425 | 429) => {
             DispatchResult::NotCommitted {
@@ -154,5 +168,43 @@ mod tests {
             panic!("a 400 is a refusal");
         };
         assert!(proof.len() < ledger_core::limits::DETAIL_BYTES_MAX);
+        let long = "é".repeat(10_000);
+        for result in [
+            classify(Err(SendError::NotSent(long.clone()))),
+            classify(Err(SendError::AfterSend(long.clone()))),
+            classify(answer(503, json!(long))),
+        ] {
+            let detail = match &result {
+                DispatchResult::NotCommitted { proof } => proof,
+                DispatchResult::Unknown { reason } => reason,
+                other => panic!("{other:?}"),
+            };
+            assert!(
+                detail.len() <= ledger_core::limits::DETAIL_BYTES_MAX,
+                "{result:?}"
+            );
+        }
+    }
+
+    /// A committed answer larger than the ledger keeps a receipt is still a receipt the
+    /// ledger takes: a note of its size and digest, the same for the same body.
+    #[test]
+    fn receipts_stay_within_the_ledger_limit() {
+        use ledger_core::limits::RECEIPT_BYTES_MAX;
+        let small = json!({ "id": "re_1" });
+        assert_eq!(receipt_of(&small), small.to_string());
+        let large = json!({ "id": "re_2", "log": "x".repeat(RECEIPT_BYTES_MAX) });
+        let DispatchResult::Committed { receipt } = classify(answer(200, large.clone())) else {
+            panic!("a 200 is committed");
+        };
+        assert!(
+            receipt.len() <= RECEIPT_BYTES_MAX,
+            "{} bytes",
+            receipt.len()
+        );
+        assert_eq!(receipt, receipt_of(&large));
+        let note: Value = serde_json::from_str(&receipt).unwrap();
+        assert_eq!(note["receipt_reduced"], json!(true));
+        assert_eq!(note["receipt_bytes"], json!(large.to_string().len()));
     }
 }

@@ -18,5 +18,7 @@ pub mod search;
 pub mod transport;
 
 pub use client::{classify, ProviderClient};
-pub use search::{Search, SearchSpec, Unobservable, HORIZON_PASSED, NO_LOOKUP};
+pub use search::{
+    Search, SearchSpec, Unobservable, CLOCK_MARGIN_MS_DEFAULT, HORIZON_PASSED, NO_LOOKUP,
+};
 pub use transport::{JsonAnswer, Method, ProviderRequest, ProviderTransport, SendError};

@@ -9,7 +9,9 @@
 //!
 //! Two provider contracts change what a search can say. A provider whose search forgets
 //! with its idempotency keys (`forgets_after_horizon`) proves nothing by a miss once the
-//! effect's provider horizon has passed: the answer is unknown. A provider with no search
+//! effect's provider horizon has passed: the answer is unknown. Whether it has passed is
+//! judged when the look-up has returned (a look-up that started before the horizon may
+//! reach the provider after it), and early by the clocks' margin (`clock_margin_ms`). A provider with no search
 //! at all is [`Unobservable`]: every look-up is unknown, and the ledger escalates when
 //! the tool's observation budget is spent.
 
@@ -21,11 +23,14 @@ use ledger_client::reconcile::BoxFuture;
 use ledger_client::{Observation, ProviderAdapter};
 use ledger_core::EffectRecord;
 
-use crate::client::{shortened, ProviderClient};
+use crate::client::{receipt_of, shortened_text, ProviderClient};
 
 /// What a search says once a forgetting provider's horizon has passed.
 pub const HORIZON_PASSED: &str =
     "the provider forgets keys after its horizon: a look-up proves nothing";
+
+/// Default [`SearchSpec::clock_margin_ms`]: the ledger's default bound on clock skew.
+pub const CLOCK_MARGIN_MS_DEFAULT: u64 = 2_000;
 
 /// Where and how to search for an effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +46,10 @@ pub struct SearchSpec {
     /// The search finds an effect only while the provider remembers its key: after the
     /// effect's provider horizon, a miss proves nothing.
     pub forgets_after_horizon: bool,
+    /// How far this server's clock may be behind the provider's and the ledger's: a
+    /// forgetting provider's horizon counts as passed this long before this clock reaches
+    /// it.
+    pub clock_margin_ms: u64,
 }
 
 impl SearchSpec {
@@ -51,6 +60,7 @@ impl SearchSpec {
             list: list.to_owned(),
             receipt_omits: Vec::new(),
             forgets_after_horizon: false,
+            clock_margin_ms: CLOCK_MARGIN_MS_DEFAULT,
         }
     }
 
@@ -74,7 +84,7 @@ impl SearchSpec {
                 object.remove(field);
             }
         }
-        found.to_string()
+        receipt_of(&found)
     }
 }
 
@@ -125,7 +135,7 @@ impl Search {
             Ok(body) => body,
             Err(e) => {
                 return Observation::Unknown {
-                    detail: format!("GET {path}: {e}"),
+                    detail: shortened_text(&format!("GET {path}: {e}")),
                 }
             }
         };
@@ -140,11 +150,10 @@ impl Search {
                 },
             },
             None => Observation::Unknown {
-                detail: format!(
-                    "GET {path} answered without a list `{}`: {}",
-                    self.spec.list,
-                    shortened(&body)
-                ),
+                detail: shortened_text(&format!(
+                    "GET {path} answered without a list `{}`: {body}",
+                    self.spec.list
+                )),
             },
         }
     }
@@ -153,10 +162,12 @@ impl Search {
 impl ProviderAdapter for Search {
     fn observe<'a>(&'a self, effect: &'a EffectRecord) -> BoxFuture<'a, Observation> {
         Box::pin(async move {
+            let observation = self.find(&effect.provider_key).await;
+            // After the look-up: the provider may have answered it past the horizon
+            // however early it was sent.
             let horizon_passed = effect
                 .horizon_deadline_ms
-                .is_some_and(|d| wall_clock_ms() >= d);
-            let observation = self.find(&effect.provider_key).await;
+                .is_some_and(|d| wall_clock_ms().saturating_add(self.spec.clock_margin_ms) >= d);
             match observation {
                 Observation::NotCommitted { .. }
                     if self.spec.forgets_after_horizon && horizon_passed =>

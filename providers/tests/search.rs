@@ -172,6 +172,70 @@ async fn a_forgetting_provider_proves_nothing_by_a_miss_after_its_horizon() {
     ));
 }
 
+/// Answers every request with an empty list of wires after `delay`.
+struct SlowEmpty {
+    delay: std::time::Duration,
+}
+
+impl ProviderTransport for SlowEmpty {
+    fn send<'a>(
+        &'a self,
+        _request: &'a ProviderRequest,
+    ) -> BoxFuture<'a, Result<JsonAnswer, SendError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            ok(json!({ "wires": [] }))
+        })
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The horizon is judged once the look-up has returned, and early by the clocks' margin:
+/// a miss the provider may have answered after it forgot the key proves nothing.
+#[tokio::test]
+async fn a_forgetting_providers_miss_near_its_horizon_proves_nothing() {
+    let forgets = SearchSpec {
+        forgets_after_horizon: true,
+        clock_margin_ms: 0,
+        ..SearchSpec::new("/bank/wires?idempotency_key={provider_key}", "wires")
+    };
+    // Sent 300 ms before the horizon, answered 500 ms later.
+    let slow = ProviderClient::new(Arc::new(SlowEmpty {
+        delay: std::time::Duration::from_millis(500),
+    }));
+    let seen = Search::new(&slow, forgets.clone())
+        .observe(&record(Some(now_ms() + 300)))
+        .await;
+    assert_eq!(
+        seen,
+        Observation::Unknown {
+            detail: HORIZON_PASSED.into()
+        }
+    );
+    // Answered at once, a second before the horizon: within the default margin.
+    let margin = SearchSpec {
+        clock_margin_ms: ledger_providers::CLOCK_MARGIN_MS_DEFAULT,
+        ..forgets
+    };
+    let empty = ok(json!({ "wires": [] }));
+    let seen = observe(
+        margin.clone(),
+        empty.clone(),
+        &record(Some(now_ms() + 1_000)),
+    )
+    .await;
+    assert!(matches!(seen, Observation::Unknown { .. }), "{seen:?}");
+    // An hour before it, a miss is a miss.
+    let seen = observe(margin, empty, &record(Some(now_ms() + 3_600_000))).await;
+    assert!(matches!(seen, Observation::NotCommitted { .. }), "{seen:?}");
+}
+
 #[tokio::test]
 async fn an_unobservable_provider_is_always_unknown() {
     assert!(matches!(

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use ledger_core::limits::{fit_detail, fit_receipt};
 use ledger_core::{EffectKey, EffectState, Grant, Refusal, Report};
 
 use super::{ids, AttemptInfo, DispatchResult, EffectRunner, RunError};
@@ -84,16 +85,18 @@ where
     }
 }
 
+/// The report of `result`, its text fitted to the ledger's limits (what a dispatch
+/// returns comes from an upstream or provider, whose answers have no such limit).
 fn as_report(result: &DispatchResult) -> Report {
     match result {
         DispatchResult::Committed { receipt } => Report::Committed {
-            receipt: receipt.clone(),
+            receipt: fit_receipt(receipt),
         },
         DispatchResult::NotCommitted { proof } => Report::FailedBeforeEffect {
-            proof: proof.clone(),
+            proof: fit_detail(proof),
         },
         DispatchResult::Unknown { reason } => Report::Unknown {
-            reason: reason.clone(),
+            reason: fit_detail(reason),
         },
     }
 }
@@ -209,6 +212,8 @@ pub(super) fn granted_lease_ms(grant: &Grant) -> u64 {
 /// without an answered heartbeat, or the ledger refuses one, give up the lease.
 struct LeaseKeeper {
     lease_ms: u64,
+    /// When the lease was asked for (the claim, or the heartbeat that confirmed it).
+    asked_at: tokio::time::Instant,
     live_until: tokio::time::Instant,
 }
 
@@ -216,6 +221,7 @@ impl LeaseKeeper {
     fn new(lease_ms: u64, asked_at: tokio::time::Instant) -> Self {
         LeaseKeeper {
             lease_ms,
+            asked_at,
             live_until: asked_at + certain_part(lease_ms),
         }
     }
@@ -224,7 +230,10 @@ impl LeaseKeeper {
     async fn keep(mut self, ledger: &LedgerClient, key: &EffectKey, token: u64) -> String {
         let every = Duration::from_millis((self.lease_ms / 3).max(1));
         let retry = Duration::from_millis((self.lease_ms / 12).max(1));
-        let mut next = tokio::time::Instant::now() + every;
+        // Counted from when the lease was asked for, not from now: a claim answered late
+        // (more than a third of the lease) is heartbeaten at once, before its certain part
+        // runs out, instead of a third of a lease after the answer.
+        let mut next = self.asked_at + every;
         for seq in 1.. {
             // Biased, deadline first: a lease past its certain part is given up even when
             // a heartbeat is due at the same moment (and the simulator stays deterministic).

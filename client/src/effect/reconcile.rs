@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use ledger_core::limits::{fit_detail, fit_receipt};
 use ledger_core::{
     EffectKey, EffectRecord, EffectState, EscalationReason, ObservationResult, ReconcileOutcome,
 };
@@ -89,12 +90,20 @@ impl EffectRunner {
                 }
                 _ => None,
             };
+            // Fitted to the ledger's limits: an adapter's text comes from the provider.
             let (result, detail) = match seen {
-                Observation::Committed { receipt, detail } => {
-                    (ObservationResult::Committed { receipt }, detail)
+                Observation::Committed { receipt, detail } => (
+                    ObservationResult::Committed {
+                        receipt: fit_receipt(&receipt),
+                    },
+                    fit_detail(&detail),
+                ),
+                Observation::NotCommitted { detail } => {
+                    (ObservationResult::NotCommitted, fit_detail(&detail))
                 }
-                Observation::NotCommitted { detail } => (ObservationResult::NotCommitted, detail),
-                Observation::Unknown { detail } => (ObservationResult::StillUnknown, detail),
+                Observation::Unknown { detail } => {
+                    (ObservationResult::StillUnknown, fit_detail(&detail))
+                }
             };
             let id = ids::observe(key, grant.fencing_token);
             let (state, escalated) = self

@@ -38,6 +38,13 @@ pub trait Handler: Send + Sync + 'static {
     async fn report(&self, _request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         Err(unimplemented())
     }
+
+    async fn heartbeat(
+        &self,
+        _request: pb::HeartbeatRequest,
+    ) -> Result<pb::HeartbeatResponse, Status> {
+        Err(unimplemented())
+    }
 }
 
 /// The node's `Ledger` service over a handler.
@@ -82,9 +89,12 @@ impl<H: Handler> Ledger for Service<H> {
 
     async fn heartbeat(
         &self,
-        _: Request<pb::HeartbeatRequest>,
+        request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        Err(unimplemented())
+        self.0
+            .heartbeat(request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn begin_reconcile(
