@@ -18,13 +18,18 @@ use crate::reply::{
     amend, committed_body, conflict_body, expired_body, failure, finish, refusal, success, Finished,
 };
 use crate::tools::{DeployArgs, MessageArgs, ToolArgs};
+use ledger_mcp::meta::SEQUENCE;
 
 /// Runs the call's effect and answers.
 pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResponse, ErrorData> {
     let providers = &call.server.providers;
     let key = &call.declaration.key;
     if call.amend {
-        if let Some(refused) = amend(runner(call), &call.declaration).await? {
+        let refused = match args {
+            ToolArgs::SendMessage(a) => amend_slots(call, a.recipients.len()).await?,
+            _ => amend(runner(call), &call.declaration).await?,
+        };
+        if let Some(refused) = refused {
             return Ok(refused.into());
         }
     }
@@ -48,6 +53,52 @@ pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResp
         ToolArgs::GetOrder(_) => return read_only(call.server, args).await,
     };
     Ok(answer(key, finished).into())
+}
+
+/// Amends a message's effects: one per recipient, declared as the slots `base#0 ..`, so
+/// there is no record at `base` to amend. The number of slots is fixed once declared:
+/// another number of recipients is answered as such, since amending cannot change it.
+async fn amend_slots(
+    call: &Call<'_>,
+    recipients: usize,
+) -> Result<Option<rmcp::model::CallToolResult>, ErrorData> {
+    let base = &call.declaration.key;
+    let first = runner(call)
+        .ledger()
+        .get(base.slot_key(0))
+        .await
+        .map_err(|e| {
+            ErrorData::internal_error(
+                format!("the ledger could not be reached: {e}; nothing was sent"),
+                None,
+            )
+        })?;
+    let Some(declared) = first.and_then(|record| record.slot).map(|slot| slot.count) else {
+        // Never declared as slots: the declaration that follows creates them.
+        return Ok(None);
+    };
+    if declared as usize != recipients {
+        return Ok(Some(failure(json!({
+            "effect": { "key": base.to_string(), "outcome": "amend_refused" },
+            "detail": format!(
+                "the message was declared for {declared} recipients and this call names \
+                 {recipients}: amending changes a message's arguments, not how many \
+                 messages there are"
+            ),
+            "advice": format!(
+                "call again with {declared} recipients and _meta amend = true, or use a \
+                 new _meta {SEQUENCE} for a separate message"
+            ),
+        }))));
+    }
+    for index in 0..declared {
+        let mut slot = call.declaration.clone();
+        slot.key = base.slot_key(index);
+        if let Some(refused) = amend(runner(call), &slot).await? {
+            return Ok(Some(refused));
+        }
+    }
+    Ok(None)
 }
 
 fn runner<'a>(call: &'a Call<'_>) -> &'a EffectRunner {

@@ -218,3 +218,59 @@ async fn a_declined_or_carried_over_confirmation_sends_nothing() {
     );
     assert_eq!(world.counts().await["messages"], 0);
 }
+
+/// A message to several recipients is declared as one effect per recipient (`key#0`,
+/// `key#1`, ...). Before anything was sent, an amend replaces the text of every one of
+/// them; another number of recipients is refused, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_to_several_recipients_can_be_amended_before_it_is_sent() {
+    let world = World::start(30_000).await;
+    let session = world.agent("mcp-a").await;
+    let recipients = json!(["ana@example.com", "bo@example.com"]);
+    let first = call(
+        "send_message",
+        "turn-amend",
+        json!({ "recipients": recipients, "text": "hi" }),
+    );
+    let Ok(rmcp::model::CallToolResponse::InputRequired(_)) = session.call_tool_once(first).await
+    else {
+        panic!("an irreversible send must ask first");
+    };
+    let changed = call(
+        "send_message",
+        "turn-amend",
+        json!({ "recipients": recipients, "text": "hello" }),
+    );
+    let conflict = complete(session.call_tool_once(changed.clone()).await);
+    assert_eq!(
+        conflict.structured_content.unwrap()["effect"]["outcome"],
+        "conflict"
+    );
+    let mut fewer = call(
+        "send_message",
+        "turn-amend",
+        json!({ "recipients": ["ana@example.com"], "text": "hello" }),
+    );
+    let mut amended = changed;
+    for request in [&mut amended, &mut fewer] {
+        request
+            .meta
+            .as_mut()
+            .expect("_meta")
+            .insert("dev.effect-ledger/amend".into(), json!(true));
+    }
+    let refused = complete(session.call_tool_once(fewer).await);
+    let refused = refused.structured_content.unwrap();
+    assert_eq!(refused["effect"]["outcome"], "amend_refused", "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap().contains("2 recipients"),
+        "{refused}"
+    );
+    // Amended, the new text is what the user is asked to confirm.
+    let answer = session.call_tool_once(amended).await;
+    let Ok(rmcp::model::CallToolResponse::InputRequired(asked)) = answer else {
+        panic!("the amended message must ask for confirmation: {answer:?}");
+    };
+    assert!(format!("{asked:?}").contains("hello"), "{asked:?}");
+    assert_eq!(world.counts().await["messages"], 0);
+}

@@ -10,6 +10,9 @@
 //! (a retry through another tool-server instance, two requests on one instance) would
 //! both hold the one grant and both dispatch. So their id is named after the effect and
 //! the invocation: a transport retry inside one call re-sends it, a new call never does.
+//! Declarations too: declaring what is already declared is answered from the records as
+//! they are, while a remembered id answers what they were (a conflict the effect's
+//! amend has since resolved, for one).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -64,14 +67,9 @@ pub(crate) fn begin_reconcile(key: &EffectKey, tag: &str) -> String {
     format!("reconcile/{}/{tag}", key.provider_key())
 }
 
-/// The id of the declaration of `slots` slots with intent `hash`: the same declaration
-/// is the same command, whoever sends it.
-pub(crate) fn declare(key: &EffectKey, slots: u32, hash: &IntentHash) -> String {
-    format!(
-        "declare/{}/{slots}/{}",
-        key.provider_key(),
-        &hex(&hash.0)[..32]
-    )
+/// The id of the declaration of `slots` slots made by invocation `tag`.
+pub(crate) fn declare(key: &EffectKey, slots: u32, tag: &str) -> String {
+    format!("declare/{}/{slots}/{tag}", key.provider_key())
 }
 
 /// The id of an amend to intent `hash` made by invocation `tag`: retries of one invocation
@@ -116,7 +114,7 @@ mod tests {
         for id in [
             claim(&key, &tag),
             begin_reconcile(&key, &tag),
-            declare(&key, 1024, &IntentHash([7; 32])),
+            declare(&key, 1024, &tag),
             report(&key, u64::MAX, "committed"),
             heartbeat(&key, u64::MAX, u64::MAX),
             observe(&key, u64::MAX),

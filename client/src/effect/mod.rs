@@ -249,8 +249,7 @@ impl EffectRunner {
         declaration: &Declaration,
         slots: u32,
     ) -> Result<Vec<EffectKey>, ClientError> {
-        let hash = intent_hash(declaration);
-        let id = ids::declare(&declaration.key, slots, &hash);
+        let id = ids::declare(&declaration.key, slots, &self.next_invocation());
         let (keys, _) = self.ledger.declare(&id, declaration.clone(), slots).await?;
         Ok(keys)
     }
