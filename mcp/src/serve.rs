@@ -8,8 +8,9 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -18,6 +19,16 @@ use tokio::net::TcpListener;
 
 /// Largest HTTP request body read (tool arguments have their own, smaller limit).
 pub const REQUEST_BODY_BYTES_MAX: usize = 256 * 1024;
+
+/// How long a connection may take to send a request's head, counted from when the server
+/// starts waiting for it (a new connection, or an idle one between requests); then it is
+/// closed. Without it a client that connects and sends nothing holds a task and a file
+/// descriptor for good.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The pause after a failed accept (out of file descriptors, say) before the next: the
+/// error would otherwise repeat at once, in a loop that only logs.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// Binds `addr`; returns the listener and the address it got (port 0 picks one).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
@@ -33,6 +44,26 @@ pub async fn serve<H>(
     allowed_hosts: &[String],
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
+) where
+    H: ServerHandler + Clone + Send + Sync + 'static,
+{
+    serve_with_timeout(
+        handler,
+        allowed_hosts,
+        listener,
+        shutdown,
+        HEADER_READ_TIMEOUT,
+    )
+    .await;
+}
+
+/// [`serve`], closing connections that send no request head within `header_timeout`.
+async fn serve_with_timeout<H>(
+    handler: H,
+    allowed_hosts: &[String],
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    header_timeout: Duration,
 ) where
     H: ServerHandler + Clone + Send + Sync + 'static,
 {
@@ -55,6 +86,7 @@ pub async fn serve<H>(
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
                     continue;
                 }
             },
@@ -63,6 +95,8 @@ pub async fn serve<H>(
         let service = TowerToHyperService::new(service.clone());
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -93,5 +127,47 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[derive(Clone)]
+    struct Nothing;
+
+    impl ServerHandler for Nothing {}
+
+    /// A client that connects and sends nothing, or half a request head, is cut off; one
+    /// that sends a request is answered.
+    #[tokio::test]
+    async fn a_connection_that_sends_no_request_is_closed() {
+        let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let timeout = Duration::from_millis(300);
+        tokio::spawn(serve_with_timeout(
+            Nothing,
+            &[],
+            listener,
+            std::future::pending(),
+            timeout,
+        ));
+        for sent in [&b""[..], b"POST /mcp HTTP/1.1\r\nHost: loc"] {
+            let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+            idle.write_all(sent).await.unwrap();
+            let mut buf = Vec::new();
+            let read = tokio::time::timeout(timeout * 10, idle.read_to_end(&mut buf)).await;
+            assert!(read.is_ok(), "still open after {:?}", timeout * 10);
+        }
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     }
 }
