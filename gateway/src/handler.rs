@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use ledger_client::policy_file::{describe, ToolHints};
 use ledger_client::PolicyFile;
-use ledger_core::{ReplayClass, ToolPolicy};
+use ledger_core::{ReplayClass, ToolName, ToolPolicy};
 use ledger_mcp::config::FrontEndConfig;
 use ledger_mcp::tenants::{Tenant, Tenants};
 
@@ -216,11 +216,17 @@ pub fn check_policies(config: &GatewayConfig, policies: &PolicyFile) -> Result<(
             let Some(lookup) = &tool.lookup else {
                 continue;
             };
-            let mutating = config.tool(&lookup.tool).is_some_and(|l| {
-                policies
-                    .policy(&tenant.name, &l.ledger_name())
-                    .is_none_or(|p| p.class != ReplayClass::ReadOnly)
-            });
+            let Some(lookup_tool) = config.tool(&lookup.tool) else {
+                return unsafe_config(format!(
+                    "tool {:?} is looked up with {:?}, which has no [[tools]] entry: name it \
+                     there, with a read_only policy, so that the gateway can check that a \
+                     look-up changes nothing",
+                    tool.name, lookup.tool
+                ));
+            };
+            let mutating = policies
+                .policy(&tenant.name, &lookup_tool.ledger_name())
+                .is_none_or(|p| p.class != ReplayClass::ReadOnly);
             if mutating {
                 return unsafe_config(format!(
                     "tool {:?} is looked up with {:?}, which is not read_only for tenant {:?}: \
@@ -292,7 +298,11 @@ impl Inner {
                         });
                     }
                     Some(_) => continue,
-                    None if self.config.unlisted_tools == Unlisted::Pass => tools.push(tool),
+                    None if self.config.unlisted_tools == Unlisted::Pass
+                        && self.passable(&tenant.name, upstream, &name) =>
+                    {
+                        tools.push(tool)
+                    }
                     None => continue,
                 }
                 routes.entry(name).or_insert(i);
@@ -303,6 +313,20 @@ impl Inner {
         }
         *self.routes.write().unwrap_or_else(|p| p.into_inner()) = routes;
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    /// Whether a tool no entry names may pass through unprotected for `tenant`: not when
+    /// the ledger holds a policy for it (under its default ledger name, `upstream/name`)
+    /// that is not read-only. Such a tool is meant to be protected; passed through, a
+    /// retry of it would reach the upstream again.
+    fn passable(&self, tenant: &str, upstream: &Upstream, name: &str) -> bool {
+        let ledger_name = ToolName {
+            provider: upstream.name().into(),
+            name: name.into(),
+        };
+        self.policies
+            .policy(tenant, &ledger_name)
+            .is_none_or(|p| p.class == ReplayClass::ReadOnly)
     }
 
     /// The upstream of a tool no entry names, from the last listing (made now if the
@@ -358,6 +382,17 @@ impl Inner {
                 .route(&request.name, &context)
                 .await
                 .ok_or_else(unknown)?;
+            if !self.passable(&tenant.name, &self.upstreams[i], &request.name) {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "tool {:?} has a policy in the ledger that is not read_only, but no \
+                         [[tools]] entry in the gateway's configuration: it is not passed \
+                         through unprotected",
+                        request.name
+                    ),
+                    None,
+                ));
+            }
             return pass(&self.upstreams[i], request, &context).await;
         };
         let upstream = self
@@ -604,6 +639,19 @@ mod tests {
         let e = check_policies(&looked_up_by_a_mutating_tool, &policies).unwrap_err();
         assert!(e.to_string().contains("read_only"), "{e}");
 
+        // A look-up tool the configuration does not name cannot be checked: refused too.
+        let looked_up_by_an_unnamed_tool = config(
+            r#"
+            [[tools]]
+            name = "refund"
+            upstream = "shop"
+            provider_key_argument = "idempotency_key"
+            lookup = { tool = "find_refunds", arguments = { idempotency_key = "{provider_key}" }, found = "/refunds" }
+            "#,
+        );
+        let e = check_policies(&looked_up_by_an_unnamed_tool, &policies).unwrap_err();
+        assert!(e.to_string().contains("no [[tools]] entry"), "{e}");
+
         let fine = config(
             r#"
             [[tools]]
@@ -617,6 +665,30 @@ mod tests {
             "#,
         );
         check_policies(&fine, &policies).unwrap();
+    }
+
+    /// With `unlisted_tools = "pass"`, a tool the configuration does not name passes
+    /// through only when no tenant policy says it changes something: a tool the operator
+    /// gave a mutating policy is meant to be protected, and passed through, a retry of it
+    /// would reach the upstream again.
+    #[test]
+    fn an_unlisted_tool_with_a_mutating_policy_is_not_passed_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy_file = dir.path().join("p.toml");
+        std::fs::write(&policy_file, POLICIES).unwrap();
+        let mut passing = config("");
+        passing.unlisted_tools = Unlisted::Pass;
+        passing.policy_file = policy_file;
+        let gateway = Gateway::new(passing).unwrap();
+        let inner = &gateway.inner;
+        let shop = &inner.upstreams[0];
+        assert!(!inner.passable("acme", shop, "refund"), "keyed_idempotent");
+        assert!(
+            !inner.passable("acme", shop, "close_account"),
+            "irreversible"
+        );
+        assert!(inner.passable("acme", shop, "find_refunds"), "read_only");
+        assert!(inner.passable("acme", shop, "get_order"), "no policy");
     }
 
     #[test]
