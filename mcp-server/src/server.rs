@@ -218,15 +218,20 @@ impl Inner {
         })
     }
 
+    /// The catalogue, each tool with its policy for the caller's tenant; a caller without
+    /// a tenant's token sees no tenant's policies.
     fn list(&self, context: &RequestContext<RoleServer>) -> ListToolsResult {
-        let tenant = self.tenant(context).unwrap_or(self.tenants.first());
+        let tenant = self.tenant(context);
         let tools = CATALOGUE
             .iter()
             .map(|spec| {
-                let policy = self.policy(&tenant.name, spec).map_or_else(
-                    || "No operator policy: calls are refused.".to_owned(),
-                    |p| format!("[{}]", describe(p, &spec.hints)),
-                );
+                let policy = match tenant {
+                    None => "Its policy is shown to a tenant's token.".to_owned(),
+                    Some(tenant) => self.policy(&tenant.name, spec).map_or_else(
+                        || "No operator policy: calls are refused.".to_owned(),
+                        |p| format!("[{}]", describe(p, &spec.hints)),
+                    ),
+                };
                 spec.to_tool(&policy)
             })
             .collect();

@@ -274,3 +274,21 @@ async fn a_message_to_several_recipients_can_be_amended_before_it_is_sent() {
     assert!(format!("{asked:?}").contains("hello"), "{asked:?}");
     assert_eq!(world.counts().await["messages"], 0);
 }
+
+/// `tools/list` from a caller without a tenant's token names the tools but no tenant's
+/// policies; with a token, that tenant's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_listed_with_policies_only_to_a_tenant() {
+    let world = World::start(30_000).await;
+    let stranger = world.agent_with("mcp-a", "not-a-tenant-token-0001").await;
+    let listed = stranger.list_all_tools().await.expect("tools/list");
+    let refund = listed.iter().find(|t| t.name == "refund").expect("refund");
+    let text = refund.description.as_deref().unwrap_or_default();
+    assert!(text.contains("shown to a tenant's token"), "{text}");
+    let tenant = world.agent("mcp-a").await;
+    let listed = tenant.list_all_tools().await.expect("tools/list");
+    let refund = listed.iter().find(|t| t.name == "refund").expect("refund");
+    let text = refund.description.as_deref().unwrap_or_default();
+    assert!(!text.contains("shown to a tenant's token"), "{text}");
+    assert!(text.contains('['), "a tenant sees its policy: {text}");
+}

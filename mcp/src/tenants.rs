@@ -163,9 +163,4 @@ impl Tenants {
     pub fn iter(&self) -> impl Iterator<Item = &Tenant> {
         self.0.iter()
     }
-
-    /// The first tenant configured.
-    pub fn first(&self) -> &Tenant {
-        &self.0[0]
-    }
 }
