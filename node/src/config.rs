@@ -33,6 +33,11 @@ use ledger_raft_store::RocksOptions;
 
 use crate::proposer::COMMAND_BYTES_MAX;
 
+/// Whether `secret` can travel in an HTTP header as it is: visible ASCII only.
+fn header_safe(secret: &str) -> bool {
+    secret.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Values given on the command line, which take precedence over the file's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
@@ -132,6 +137,13 @@ impl ApiKey {
         };
         if plain.len() < 16 {
             return invalid("api keys must be at least 16 characters".into());
+        }
+        if !header_safe(&plain) {
+            return invalid(
+                "api keys must be visible ASCII: they travel in an HTTP header, where \
+                 other bytes would never match"
+                    .into(),
+            );
         }
         Ok(Sha256::digest(plain.as_bytes()).into())
     }
@@ -478,6 +490,15 @@ impl NodeConfig {
         }
         if self.previous_cluster_secrets.iter().any(|s| s.len() < 16) {
             return invalid("previous_cluster_secrets must be at least 16 characters each".into());
+        }
+        if !header_safe(&self.cluster_secret)
+            || !self.previous_cluster_secrets.iter().all(|s| header_safe(s))
+        {
+            return invalid(
+                "cluster secrets must be visible ASCII: they travel in an HTTP header, where \
+                 other bytes would never authenticate a peer"
+                    .into(),
+            );
         }
         for key in &self.api_keys {
             if key.operator == key.tenant.is_some() {
