@@ -87,7 +87,8 @@ async fn amend_slots(
             ),
             "advice": format!(
                 "call again with {declared} recipients and _meta amend = true, or use a \
-                 new _meta {SEQUENCE} for a separate message"
+                 new _meta {SEQUENCE} (a new effect key where the call names its key \
+                 itself) for a separate message"
             ),
         }))));
     }

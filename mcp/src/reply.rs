@@ -123,7 +123,8 @@ pub fn conflict_body(key: &EffectKey, c: &IntentConflict) -> Value {
             "to repeat the original request, call again with its arguments; to correct it \
              while it cannot have happened yet, call again with _meta {AMEND} = true; for a \
              further, separate effect on the same target, call again with a new _meta \
-             {SEQUENCE}"
+             {SEQUENCE}, or with a new effect key where the call names its key itself (a \
+             sequence does not change a key that is given)"
         ),
     })
 }
@@ -219,7 +220,8 @@ pub async fn amend(
                 ),
                 "advice": format!(
                     "call again without amend to learn its outcome; for a further, \
-                     separate effect use a new _meta {SEQUENCE}"
+                     separate effect use a new _meta {SEQUENCE} (a new effect key where \
+                     the call names its key itself)"
                 ),
             }))))
         }
