@@ -55,46 +55,88 @@ pub(crate) async fn run(call: &Call<'_>, args: &ToolArgs) -> Result<CallToolResp
     Ok(answer(key, finished).into())
 }
 
-/// Amends a message's effects: one per recipient, declared as the slots `base#0 ..`, so
-/// there is no record at `base` to amend. The number of slots is fixed once declared:
-/// another number of recipients is answered as such, since amending cannot change it.
+/// Amends a message's effects: one per recipient, declared under the key itself for one
+/// recipient and as the slots `key#0 ..` for several, where there is no record at the key
+/// to amend. The number of messages is fixed once declared: another number of recipients
+/// is answered as such. Every slot is checked before any is changed, so that one that may
+/// have been sent does not leave the others amended and the message split between two
+/// texts.
 async fn amend_slots(
     call: &Call<'_>,
     recipients: usize,
 ) -> Result<Option<rmcp::model::CallToolResult>, ErrorData> {
     let base = &call.declaration.key;
-    let first = runner(call)
-        .ledger()
-        .get(base.slot_key(0))
-        .await
-        .map_err(|e| {
-            ErrorData::internal_error(
-                format!("the ledger could not be reached: {e}; nothing was sent"),
-                None,
-            )
-        })?;
-    let Some(declared) = first.and_then(|record| record.slot).map(|slot| slot.count) else {
-        // Never declared as slots: the declaration that follows creates them.
-        return Ok(None);
+    let unreachable = |e: ClientError| {
+        ErrorData::internal_error(
+            format!("the ledger could not be reached: {e}; nothing was sent"),
+            None,
+        )
+    };
+    let ledger = runner(call).ledger();
+    let first = ledger.get(base.slot_key(0)).await.map_err(unreachable)?;
+    let declared = match first.and_then(|record| record.slot) {
+        Some(slot) => slot.count,
+        None if ledger
+            .get(base.clone())
+            .await
+            .map_err(unreachable)?
+            .is_some() =>
+        {
+            1
+        }
+        // Never declared: the declaration that follows creates the effects.
+        None => return Ok(None),
     };
     if declared as usize != recipients {
         return Ok(Some(failure(json!({
             "effect": { "key": base.to_string(), "outcome": "amend_refused" },
             "detail": format!(
-                "the message was declared for {declared} recipients and this call names \
+                "the message was declared for {declared} recipient(s) and this call names \
                  {recipients}: amending changes a message's arguments, not how many \
                  messages there are"
             ),
             "advice": format!(
-                "call again with {declared} recipients and _meta amend = true, or use a \
+                "call again with {declared} recipient(s) and _meta amend = true, or use a \
                  new _meta {SEQUENCE} (a new effect key where the call names its key \
                  itself) for a separate message"
             ),
         }))));
     }
-    for index in 0..declared {
+    if declared == 1 {
+        return amend(runner(call), &call.declaration).await;
+    }
+    let keys: Vec<EffectKey> = (0..declared).map(|i| base.slot_key(i)).collect();
+    for (index, key) in keys.iter().enumerate() {
+        let state = ledger
+            .get(key.clone())
+            .await
+            .map_err(unreachable)?
+            .map(|record| record.state);
+        if let Some(
+            state @ (EffectState::InProgress
+            | EffectState::Committed
+            | EffectState::UnknownAfterDispatch),
+        ) = state
+        {
+            return Ok(Some(failure(json!({
+                "effect": { "key": key.to_string(), "outcome": "amend_refused" },
+                "detail": format!(
+                    "the message to recipient {} is {state}: it may already have been \
+                     sent, so the message's arguments can no longer change; none of its \
+                     messages was amended",
+                    index + 1
+                ),
+                "advice": format!(
+                    "call again without amend to learn its outcome; for a further, \
+                     separate message use a new _meta {SEQUENCE} (a new effect key where \
+                     the call names its key itself)"
+                ),
+            }))));
+        }
+    }
+    for key in keys {
         let mut slot = call.declaration.clone();
-        slot.key = base.slot_key(index);
+        slot.key = key;
         if let Some(refused) = amend(runner(call), &slot).await? {
             return Ok(Some(refused));
         }

@@ -220,10 +220,11 @@ async fn a_declined_or_carried_over_confirmation_sends_nothing() {
 }
 
 /// A message to several recipients is declared as one effect per recipient (`key#0`,
-/// `key#1`, ...). Before anything was sent, an amend replaces the text of every one of
-/// them; another number of recipients is refused, saying why.
+/// `key#1`, ...), to one as one effect under the key. Before anything was sent, an amend
+/// replaces the text of every one of them; another number of recipients is refused,
+/// saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_to_several_recipients_can_be_amended_before_it_is_sent() {
+async fn a_message_to_one_or_several_recipients_can_be_amended_before_it_is_sent() {
     let world = World::start(30_000).await;
     let session = world.agent("mcp-a").await;
     let recipients = json!(["ana@example.com", "bo@example.com"]);
@@ -263,10 +264,38 @@ async fn a_message_to_several_recipients_can_be_amended_before_it_is_sent() {
     let refused = refused.structured_content.unwrap();
     assert_eq!(refused["effect"]["outcome"], "amend_refused", "{refused}");
     assert!(
-        refused["detail"].as_str().unwrap().contains("2 recipients"),
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("2 recipient(s)"),
         "{refused}"
     );
     // Amended, the new text is what the user is asked to confirm.
+    let answer = session.call_tool_once(amended).await;
+    let Ok(rmcp::model::CallToolResponse::InputRequired(asked)) = answer else {
+        panic!("the amended message must ask for confirmation: {answer:?}");
+    };
+    assert!(format!("{asked:?}").contains("hello"), "{asked:?}");
+
+    // One recipient: one effect under the key itself, amended there.
+    let alone = |text: &str| {
+        call(
+            "send_message",
+            "turn-amend-one",
+            json!({ "recipients": ["ana@example.com"], "text": text }),
+        )
+    };
+    let Ok(rmcp::model::CallToolResponse::InputRequired(_)) =
+        session.call_tool_once(alone("hi")).await
+    else {
+        panic!("an irreversible send must ask first");
+    };
+    let mut amended = alone("hello");
+    amended
+        .meta
+        .as_mut()
+        .expect("_meta")
+        .insert("dev.effect-ledger/amend".into(), json!(true));
     let answer = session.call_tool_once(amended).await;
     let Ok(rmcp::model::CallToolResponse::InputRequired(asked)) = answer else {
         panic!("the amended message must ask for confirmation: {answer:?}");
