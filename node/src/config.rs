@@ -33,9 +33,14 @@ use ledger_raft_store::RocksOptions;
 
 use crate::proposer::COMMAND_BYTES_MAX;
 
-/// Whether `secret` can travel in an HTTP header as it is: visible ASCII only.
+/// Whether `secret` can travel in an HTTP header as it is: visible ASCII, spaces and tabs
+/// (what a header value may hold), but not at either end, where a header loses them.
 fn header_safe(secret: &str) -> bool {
-    secret.bytes().all(|b| b.is_ascii_graphic())
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let bytes = secret.as_bytes();
+    bytes.iter().all(|b| b.is_ascii_graphic() || blank(b))
+        && !bytes.first().is_some_and(blank)
+        && !bytes.last().is_some_and(blank)
 }
 
 /// Values given on the command line, which take precedence over the file's.
@@ -140,8 +145,8 @@ impl ApiKey {
         }
         if !header_safe(&plain) {
             return invalid(
-                "api keys must be visible ASCII: they travel in an HTTP header, where \
-                 other bytes would never match"
+                "api keys must be visible ASCII (spaces inside allowed): they travel in an \
+                 HTTP header, where other bytes would never match"
                     .into(),
             );
         }
@@ -495,8 +500,8 @@ impl NodeConfig {
             || !self.previous_cluster_secrets.iter().all(|s| header_safe(s))
         {
             return invalid(
-                "cluster secrets must be visible ASCII: they travel in an HTTP header, where \
-                 other bytes would never authenticate a peer"
+                "cluster secrets must be visible ASCII (spaces inside allowed): they travel \
+                 in an HTTP header, where other bytes would never authenticate a peer"
                     .into(),
             );
         }

@@ -165,12 +165,15 @@ pub(crate) fn answer_all(
     }
 }
 
-/// Largest command a node proposes, encoded. Every field of a command has a limit in the
-/// ledger (`ledger_core::limits`); the largest command those limits allow, an operator's
-/// decision or an observation with a whole receipt and a detail, is under 80 KiB. So only
-/// a command the ledger would refuse anyway is refused here, and before it is replicated:
-/// a few commands of megabytes each would make one entry larger than a message between
-/// peers may be, and no follower could ever receive it.
+/// Largest command a node proposes, encoded. The ledger limits every field of the
+/// commands effects are made of (`ledger_core::limits`); the largest those limits allow,
+/// an operator's decision or an observation with a whole receipt and a detail, is under
+/// 80 KiB. An operator's tool policy is limited in how many JSON pointers it names, not in
+/// their length; one with the most pointers, each as long as a name may be, is under
+/// 24 KiB. So this refuses only what the ledger would refuse anyway or no real policy
+/// approaches, and before it is replicated: a few commands of megabytes each would make
+/// one entry larger than a message between peers may be, and no follower could ever
+/// receive it.
 pub const COMMAND_BYTES_MAX: usize = 256 << 10;
 
 /// A command's size encoded as the Raft log and the peers' messages carry it: what bounds
@@ -201,9 +204,10 @@ mod tests {
         COMMAND_ID_BYTES_MAX, DETAIL_BYTES_MAX, INTENT_BYTES_MAX, KEY_BYTES_MAX,
         NAMESPACE_BYTES_MAX, NAME_BYTES_MAX, RECEIPT_BYTES_MAX, TENANT_BYTES_MAX,
     };
+    use ledger_core::limits::{TARGET_FIELDS_MAX, VOLATILE_FIELDS_MAX};
     use ledger_core::{
         Authority, Caller, CommandBody, Decision, Declaration, EffectKey, ObservationResult,
-        ToolRef,
+        ReplayClass, ToolName, ToolPolicy, ToolRef,
     };
 
     use super::*;
@@ -251,6 +255,24 @@ mod tests {
                     receipt: longest(RECEIPT_BYTES_MAX),
                 },
                 detail: longest(DETAIL_BYTES_MAX),
+            },
+            CommandBody::PutToolPolicy {
+                tenant: longest(TENANT_BYTES_MAX),
+                tool: ToolName {
+                    provider: name.clone(),
+                    name: name.clone(),
+                },
+                policy: ToolPolicy {
+                    volatile_fields: vec![
+                        format!("/{}", longest(NAME_BYTES_MAX - 1));
+                        VOLATILE_FIELDS_MAX
+                    ],
+                    target_fields: vec![
+                        format!("/{}", longest(NAME_BYTES_MAX - 1));
+                        TARGET_FIELDS_MAX
+                    ],
+                    ..ToolPolicy::for_class(ReplayClass::Irreversible)
+                },
             },
             CommandBody::Decide {
                 key,

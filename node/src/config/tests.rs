@@ -68,7 +68,8 @@ fn bad_configs_are_typed_errors() {
         format!("{MINIMAL}\n[rocksdb]\nmemtable_bytes = 67108864"),
         format!("{MINIMAL}\n[sweeper]\ninterval_ms = 0"),
         MINIMAL.replace("0123456789abcdef", "0123456789abcdé"),
-        MINIMAL.replace("0123456789abcdef", "0123456789 abcdef"),
+        MINIMAL.replace("0123456789abcdef", "0123456789abcdef "),
+        MINIMAL.replace("0123456789abcdef", "0123456789\\u0007abcdef"),
         MINIMAL.replace("tenant-acme-key-0001", "tenant-acme-kéy-0001"),
         format!("{MINIMAL}\n[proposer]\nrequest_timeout_ms = 0"),
         format!("{MINIMAL}\n[proposer]\nmax_batch_bytes = 0"),
@@ -81,6 +82,18 @@ fn bad_configs_are_typed_errors() {
             "{bad}"
         );
     }
+}
+
+#[test]
+fn secrets_with_spaces_inside_are_accepted() {
+    let spaced = MINIMAL
+        .replace("0123456789abcdef", "0123456789 abc\tdef")
+        .replace("tenant-acme-key-0001", "tenant acme key 0001");
+    let c = NodeConfig::from_toml(&spaced, Path::new("x.toml")).unwrap();
+    assert_eq!(
+        c.caller_for("tenant acme key 0001"),
+        Some(Caller::Tenant("acme".into()))
+    );
 }
 
 #[test]
