@@ -24,6 +24,9 @@ const LEASE_MS: u64 = 1_200;
 struct SlowClaims {
     /// How long a claim takes to be answered.
     claim_delay: Duration,
+    /// Heartbeats are answered UNAVAILABLE (no leader), so a late grant cannot be
+    /// confirmed.
+    heartbeats_fail: bool,
     heartbeats: AtomicU32,
     reports: Arc<std::sync::Mutex<Vec<pb::ReportRequest>>>,
 }
@@ -55,6 +58,9 @@ impl Handler for SlowClaims {
     ) -> Result<pb::HeartbeatResponse, Status> {
         assert_eq!(request.fencing_token, 7);
         self.heartbeats.fetch_add(1, Ordering::SeqCst);
+        if self.heartbeats_fail {
+            return Err(Status::unavailable("no leader"));
+        }
         Ok(pb::HeartbeatResponse {
             lease_until_ms: 2_000_000,
         })
@@ -90,14 +96,16 @@ fn call() -> EffectCall {
     }
 }
 
-/// A claim answered after 45% of its lease is still live for a fifth of it; the first
-/// heartbeat must go out at once, not a third of a lease after the answer (by then the
-/// lease's certain part has run out and the runner would drop a dispatch that is going
-/// fine, leaving an unknown outcome to reconcile).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_answered_late_is_heartbeaten_before_its_certain_part_ends() {
+/// A fake node answering claims after `claim_delay`, and a runner of `LEASE_MS` leases
+/// that claims at most `claims_max` times against it.
+async fn slow_claims(
+    claim_delay: Duration,
+    heartbeats_fail: bool,
+    claims_max: u32,
+) -> (fake::Served<SlowClaims>, EffectRunner) {
     let served = fake::serve(SlowClaims {
-        claim_delay: Duration::from_millis(LEASE_MS * 45 / 100),
+        claim_delay,
+        heartbeats_fail,
         heartbeats: AtomicU32::new(0),
         reports: Default::default(),
     })
@@ -110,8 +118,25 @@ async fn a_claim_answered_late_is_heartbeaten_before_its_certain_part_ends() {
         LedgerClient::with_retry(vec![served.addr.clone()], "any-key-0000000001", retry).unwrap();
     let runner = EffectRunner::new(client, "server-a").with_options(RunOptions {
         lease_ms: LEASE_MS,
+        claims_max,
         ..RunOptions::default()
     });
+    (served, runner)
+}
+
+/// A claim answered after 45% of its lease is still live for a fifth of it; the first
+/// heartbeat must go out at once, not a third of a lease after the answer (by then the
+/// lease's certain part has run out and the runner would drop a dispatch that is going
+/// fine, leaving an unknown outcome to reconcile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_answered_late_is_heartbeaten_before_its_certain_part_ends() {
+    let claims_max = RunOptions::default().claims_max;
+    let (served, runner) = slow_claims(
+        Duration::from_millis(LEASE_MS * 45 / 100),
+        false,
+        claims_max,
+    )
+    .await;
     let outcome = runner
         .effect(call())
         .run(|_| async {
@@ -135,4 +160,30 @@ async fn a_claim_answered_late_is_heartbeaten_before_its_certain_part_ends() {
         "{:?}",
         reports[0]
     );
+}
+
+/// A claim answered after more than two thirds of its lease, which no heartbeat can
+/// confirm: nothing is sent, and the grant is given back as failed before effect (which
+/// it is) instead of being left to expire into an unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_too_late_to_use_is_given_back_unused() {
+    let (served, runner) = slow_claims(Duration::from_millis(LEASE_MS * 4 / 5), true, 1).await;
+    let outcome = runner
+        .effect(call())
+        .run(|_| async { panic!("a grant that could not be confirmed was dispatched") })
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, EffectOutcome::Unknown { .. }),
+        "{outcome:?}"
+    );
+    let reports = served.handler.reports.lock().unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].fencing_token, 7);
+    match &reports[0].report {
+        Some(pb::report_request::Report::FailedBeforeEffectProof(proof)) => {
+            assert!(proof.starts_with("never sent"), "{proof}")
+        }
+        other => panic!("expected a failed-before-effect report, got {other:?}"),
+    }
 }

@@ -154,6 +154,31 @@ pub(super) async fn grant_still_live(
 /// How many heartbeats may try to confirm a late grant.
 const CONFIRMATIONS_MAX: u32 = 3;
 
+/// The proof a grant given back unused carries.
+const NEVER_SENT: &str = "never sent: the grant arrived after its lease could have run out, \
+                          so this call gave it back without dispatching";
+
+/// Gives back a grant this call never used ([`grant_still_live`] said no): reports it
+/// failed before effect, which it is, since nothing was sent, so that the next claim is
+/// granted at once instead of waiting for the lease to run out and the effect to be taken
+/// for unknown (to reconcile, or for an irreversible tool with no look-up, to escalate).
+/// The grant was minted for this call's own claim id, so no one else holds it. The ledger
+/// takes the report only while the attempt is the effect's live one; otherwise it refuses
+/// and nothing changes.
+pub(super) async fn give_back_unused(runner: &EffectRunner, key: &EffectKey, grant: &Grant) {
+    let report = Report::FailedBeforeEffect {
+        proof: NEVER_SENT.into(),
+    };
+    let id = ids::report(key, grant.fencing_token, report_kind(&report));
+    let given_back = runner
+        .ledger
+        .report(&id, key.clone(), grant.fencing_token, report)
+        .await;
+    if let Err(e) = given_back {
+        tracing::debug!(effect = %key, error = %e, "unused grant not given back; its lease ends it");
+    }
+}
+
 /// Runs `dispatch` (bounded by the dispatch timeout, if any) under the granted lease.
 ///
 /// The lease is the one the ledger *granted* (after the policy clamped what was asked),

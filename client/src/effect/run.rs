@@ -8,7 +8,7 @@ use std::future::Future;
 
 use ledger_core::{ClaimOutcome, EffectState, Unsettled};
 
-use super::dispatch::{grant_still_live, run_attempt, AttemptEnd};
+use super::dispatch::{give_back_unused, grant_still_live, run_attempt, AttemptEnd};
 use super::{ids, AttemptInfo, DispatchResult, EffectOutcome, EffectRun, RunError, Settled};
 use crate::error::ClientError;
 use crate::reconcile::Reconciled;
@@ -79,11 +79,14 @@ impl EffectRun<'_> {
                 ClaimOutcome::Proceed(grant) => {
                     match grant_still_live(runner, key, &grant, asked_at).await {
                         // Nothing was sent; the ledger's next answer says who holds it now.
-                        None => Step::Again(EffectOutcome::Unknown {
-                            reason: "the grant arrived after its lease could have run out; \
-                                     nothing was sent by this call"
-                                .into(),
-                        }),
+                        None => {
+                            give_back_unused(runner, key, &grant).await;
+                            Step::Again(EffectOutcome::Unknown {
+                                reason: "the grant arrived after its lease could have run \
+                                         out; nothing was sent by this call"
+                                    .into(),
+                            })
+                        }
                         Some(live_since) => {
                             *dispatched = true;
                             let end =
