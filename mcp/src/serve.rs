@@ -26,6 +26,11 @@ pub const REQUEST_BODY_BYTES_MAX: usize = 256 * 1024;
 /// descriptor for good.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Connections served at once; the next is accepted when one closes (until then the
+/// kernel's backlog holds it). Keeps a flood of connections from taking every file
+/// descriptor the process has, which the ledger clients and upstreams need too.
+pub const CONNECTIONS_MAX: usize = 4_096;
+
 /// The pause after a failed accept (out of file descriptors, say) before the next: the
 /// error would otherwise repeat at once, in a loop that only logs.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -47,23 +52,29 @@ pub async fn serve<H>(
 ) where
     H: ServerHandler + Clone + Send + Sync + 'static,
 {
-    serve_with_timeout(
-        handler,
-        allowed_hosts,
-        listener,
-        shutdown,
-        HEADER_READ_TIMEOUT,
-    )
-    .await;
+    let limits = Limits {
+        header_timeout: HEADER_READ_TIMEOUT,
+        connections_max: CONNECTIONS_MAX,
+    };
+    serve_within(handler, allowed_hosts, listener, shutdown, limits).await;
 }
 
-/// [`serve`], closing connections that send no request head within `header_timeout`.
-async fn serve_with_timeout<H>(
+/// What [`serve`] bounds connections by.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// See [`HEADER_READ_TIMEOUT`].
+    header_timeout: Duration,
+    /// See [`CONNECTIONS_MAX`].
+    connections_max: usize,
+}
+
+/// [`serve`] within `limits`.
+async fn serve_within<H>(
     handler: H,
     allowed_hosts: &[String],
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
-    header_timeout: Duration,
+    limits: Limits,
 ) where
     H: ServerHandler + Clone + Send + Sync + 'static,
 {
@@ -79,8 +90,16 @@ async fn serve_with_timeout<H>(
         Arc::new(NeverSessionManager::default()),
         http,
     );
+    let connections = Arc::new(tokio::sync::Semaphore::new(limits.connections_max));
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            () = &mut shutdown => return,
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -96,9 +115,10 @@ async fn serve_with_timeout<H>(
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
+                .header_read_timeout(limits.header_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
+            drop(permit);
         });
     }
 }
@@ -141,19 +161,27 @@ mod tests {
 
     impl ServerHandler for Nothing {}
 
+    /// A server of nothing within `limits`, on a loopback port; its address.
+    async fn serving(limits: Limits) -> SocketAddr {
+        let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let serve = serve_within(Nothing, &[], listener, std::future::pending(), limits);
+        tokio::spawn(serve);
+        addr
+    }
+
+    /// A request asking for the connection to close after its answer.
+    const REQUEST: &[u8] = b"GET /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+
     /// A client that connects and sends nothing, or half a request head, is cut off; one
     /// that sends a request is answered.
     #[tokio::test]
     async fn a_connection_that_sends_no_request_is_closed() {
-        let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let timeout = Duration::from_millis(300);
-        tokio::spawn(serve_with_timeout(
-            Nothing,
-            &[],
-            listener,
-            std::future::pending(),
-            timeout,
-        ));
+        let addr = serving(Limits {
+            header_timeout: timeout,
+            connections_max: CONNECTIONS_MAX,
+        })
+        .await;
         for sent in [&b""[..], b"POST /mcp HTTP/1.1\r\nHost: loc"] {
             let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
             idle.write_all(sent).await.unwrap();
@@ -162,12 +190,38 @@ mod tests {
             assert!(read.is_ok(), "still open after {:?}", timeout * 10);
         }
         let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
+        client.write_all(REQUEST).await.unwrap();
         let mut answer = String::new();
         client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    }
+
+    /// With every connection slot taken, a new connection waits unserved; when one closes,
+    /// it is served.
+    #[tokio::test]
+    async fn connections_beyond_the_limit_wait_for_one_to_close() {
+        let addr = serving(Limits {
+            header_timeout: Duration::from_secs(60),
+            connections_max: 1,
+        })
+        .await;
+        let holder = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // Accepted and holding the one slot before the next connects.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut waiting = tokio::net::TcpStream::connect(addr).await.unwrap();
+        waiting.write_all(REQUEST).await.unwrap();
+        let mut answer = String::new();
+        let early = tokio::time::timeout(
+            Duration::from_millis(500),
+            waiting.read_to_string(&mut answer),
+        )
+        .await;
+        assert!(early.is_err(), "served past the limit: {answer}");
+        drop(holder);
+        tokio::time::timeout(Duration::from_secs(5), waiting.read_to_string(&mut answer))
+            .await
+            .expect("served once the slot was free")
+            .unwrap();
         assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     }
 }
