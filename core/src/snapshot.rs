@@ -64,7 +64,7 @@ fn put_frame(out: &mut Vec<u8>, table: Table, key: &[u8], value: &[u8]) {
 
 /// Writes a stream in order, into buffers of the caller's choosing: the header, one frame
 /// per entry, then the end frame with the SHA-256 of everything written before it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StreamWriter {
     hasher: Sha256,
 }

@@ -627,28 +627,24 @@ mod tests {
         let e = check_policies(&confirmation, &policies).unwrap_err();
         assert!(e.to_string().contains("confirmation"), "{e}");
 
-        let looked_up_by_a_mutating_tool = config(
-            r#"
-            [[tools]]
-            name = "refund"
-            upstream = "shop"
-            provider_key_argument = "idempotency_key"
-            lookup = { tool = "refund", arguments = { idempotency_key = "{provider_key}" }, found = "/refunds" }
-            "#,
-        );
+        // The refund tool, settled by looking it up with `lookup`.
+        let refund_looked_up_with = |lookup: &str| {
+            config(&format!(
+                r#"
+                [[tools]]
+                name = "refund"
+                upstream = "shop"
+                provider_key_argument = "idempotency_key"
+                lookup = {{ tool = "{lookup}", arguments = {{ idempotency_key = "{{provider_key}}" }}, found = "/refunds" }}
+                "#
+            ))
+        };
+        let looked_up_by_a_mutating_tool = refund_looked_up_with("refund");
         let e = check_policies(&looked_up_by_a_mutating_tool, &policies).unwrap_err();
         assert!(e.to_string().contains("read_only"), "{e}");
 
         // A look-up tool the configuration does not name cannot be checked: refused too.
-        let looked_up_by_an_unnamed_tool = config(
-            r#"
-            [[tools]]
-            name = "refund"
-            upstream = "shop"
-            provider_key_argument = "idempotency_key"
-            lookup = { tool = "find_refunds", arguments = { idempotency_key = "{provider_key}" }, found = "/refunds" }
-            "#,
-        );
+        let looked_up_by_an_unnamed_tool = refund_looked_up_with("find_refunds");
         let e = check_policies(&looked_up_by_an_unnamed_tool, &policies).unwrap_err();
         assert!(e.to_string().contains("no [[tools]] entry"), "{e}");
 

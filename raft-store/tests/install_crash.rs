@@ -29,16 +29,23 @@ fn many_claims(prefix: &str) -> Vec<ledger_core::Command> {
         .collect()
 }
 
-/// A leader's state at index 3 and its snapshot as received bytes.
-async fn leader_snapshot() -> (Vec<u8>, Snapshot) {
-    let disk: DiskRef = Arc::new(SimDisk::new());
-    let (_, mut state_machine) = open(disk).await.expect("open");
+/// A leader's state machine at index 3, and the disk under it.
+async fn leader() -> (Arc<SimDisk>, LedgerStateMachine) {
+    let disk = Arc::new(SimDisk::new());
+    let shared: DiskRef = disk.clone();
+    let (_, mut state_machine) = open(shared).await.expect("open");
     let entries = vec![
         membership_entry(1, 1, &[NODE_ID]),
         normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
         normal_entry(1, 3, STAMPED_AT_MS + 5, many_claims("leader")),
     ];
     assert!(apply(&mut state_machine, entries).await);
+    (disk, state_machine)
+}
+
+/// A leader's state at index 3 and its snapshot as received bytes.
+async fn leader_snapshot() -> (Vec<u8>, Snapshot) {
+    let (_, mut state_machine) = leader().await;
     let snapshot = state_machine.build_snapshot().await.expect("build");
     let bytes = state_machine
         .reader()
@@ -465,15 +472,7 @@ fn a_stream_received_whole_is_not_taken_over_before_it_is_installed() {
 #[test]
 fn a_stream_stopped_at_a_damaged_value_is_refused() {
     LedgerRuntime::run(async {
-        let disk = Arc::new(SimDisk::new());
-        let shared: DiskRef = disk.clone();
-        let (_, mut leader) = open(shared).await.expect("open");
-        let entries = vec![
-            membership_entry(1, 1, &[NODE_ID]),
-            normal_entry(1, 2, STAMPED_AT_MS, setup_commands()),
-            normal_entry(1, 3, STAMPED_AT_MS + 5, many_claims("leader")),
-        ];
-        assert!(apply(&mut leader, entries).await);
+        let (disk, mut leader) = leader().await;
         disk.sync().expect("sync");
         // Remembered commands come last in a stream, after every record.
         let commands = ledger_core::Table::Commands.id();
