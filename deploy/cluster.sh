@@ -129,7 +129,7 @@ case "${1:-}" in
     fi
     ctl wait-leader --timeout-ms 20000
     ctl tenant put acme
-    ctl tool put acme pay/refund keyed_idempotent --horizon-ms 86400000
+    ctl tool put acme pay/refund keyed_idempotent --horizon-ms 86400000 --processing-ms 30000
     ctl tool put acme desk/create_ticket unkeyed_create
     ;;
   stop) for n in "${NODES[@]}"; do stop_node "$n"; done ;;

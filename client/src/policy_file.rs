@@ -28,7 +28,8 @@
 //! volatile_fields = ["/request_id"] # JSON pointers left out of the intent hash
 //! target_fields = ["/order_id"]     # JSON pointers naming the logical target resource
 //! processing_ms_max = 15000         # the provider's declared processing bound; omitted:
-//!                                   # none, and a look-up never proves absence
+//!                                   # none, a look-up never proves absence and a keyed
+//!                                   # tool's unknown outcome is reconciled, not re-sent
 //! visibility_lag_ms = 2000          # how long until its look-up shows a committed effect
 //! retry_window_ms = 86400000        # how long callers may retry (retention must cover it)
 //! ```

@@ -132,6 +132,8 @@ impl<S: Store> Ledger<S> {
         if let Err(e) = valid {
             return e.into();
         }
+        // A blank confirmation confirms nothing.
+        let confirmation = confirmation.filter(|c| !c.trim().is_empty());
         let (rec, stored) = match self.get(&decl.key) {
             Some(rec) => (rec, true),
             None => {
@@ -256,20 +258,20 @@ fn answer_claim(rec: &EffectRecord, at: Stamp) -> Answer {
     }
     match effective_state(rec, now) {
         EffectState::NotStarted | EffectState::FailedBeforeEffect => Answer::Dispatch,
-        EffectState::UnknownAfterDispatch => match rec.policy.class {
+        EffectState::UnknownAfterDispatch => match (rec.policy.class, rec.resend_deadline_ms()) {
             // A re-send must be able to run a whole lease and still reach the provider
             // inside its horizon, however late real time may be; later, only observation
             // settles it.
-            ReplayClass::KeyedIdempotent
-                if rec
-                    .resend_deadline_ms()
-                    .is_some_and(|d| at.real_ms_max.saturating_add(rec.policy.lease_ms) <= d) =>
+            (ReplayClass::KeyedIdempotent, Some(deadline_ms))
+                if at.real_ms_max.saturating_add(rec.policy.lease_ms) <= deadline_ms =>
             {
                 Answer::Dispatch
             }
-            ReplayClass::KeyedIdempotent => {
+            (ReplayClass::KeyedIdempotent, Some(_)) => {
                 Answer::Final(ClaimOutcome::HorizonPassed(unsettled(rec)))
             }
+            // Not keyed, or keyed with no declared processing bound: nothing says a
+            // re-send would reach the provider while it still deduplicates the key.
             _ => Answer::Final(ClaimOutcome::Reconcile(unsettled(rec))),
         },
         state @ (EffectState::InProgress | EffectState::Committed) => {

@@ -122,7 +122,9 @@ pub struct ToolPolicy {
     /// The provider's declared processing bound, in ms: the longest time from a request
     /// leaving the tool server to its effect being durable at the provider. `None` when
     /// the provider declares none; then a look-up that finds nothing never proves the
-    /// effect absent (DESIGN.md section 7).
+    /// effect absent (DESIGN.md section 7), and a keyed tool's unknown outcome is
+    /// reconciled instead of re-sent, since nothing says the re-send would reach the
+    /// provider inside its horizon.
     pub processing_ms_max: Option<u64>,
     /// How long after an effect commits the provider's search or look-up shows it, in ms.
     pub visibility_lag_ms: u64,
@@ -136,7 +138,8 @@ impl ToolPolicy {
     /// horizon for keyed tools (none otherwise), 7 days of retention, a 24 h retry window,
     /// 3 dispatch attempts (1 for irreversible tools), 5 observations, confirmation for
     /// irreversible tools, no target fields, no visibility lag and no declared processing
-    /// bound (so a look-up never proves absence until the operator declares one).
+    /// bound (so a look-up never proves absence, and a keyed tool never re-sends an
+    /// unknown outcome, until the operator declares one).
     pub fn for_class(class: ReplayClass) -> Self {
         let irreversible = class == ReplayClass::Irreversible;
         ToolPolicy {

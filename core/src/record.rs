@@ -310,14 +310,18 @@ impl EffectRecord {
     /// earlier dispatch is unsettled may still be dispatching: the provider deduplicates
     /// the key only until the horizon, and a request may take up to the declared
     /// processing bound to reach it, so the re-send's lease must end that much before the
-    /// horizon. `None` for a tool that is not keyed, or before any dispatch. It applies to
-    /// re-sends only: a first dispatch starts the horizon.
+    /// horizon. `None` for a tool that is not keyed, before any dispatch, and when the
+    /// policy declares no processing bound: then nothing says when a re-send would reach
+    /// the provider, so no re-send is covered by the horizon and an unsettled outcome is
+    /// reconciled instead (as a look-up without the bound proves no absence, DESIGN.md
+    /// section 7). It applies to re-sends only: a first dispatch starts the horizon.
     pub fn resend_deadline_ms(&self) -> Option<u64> {
         if self.policy.class != crate::policy::ReplayClass::KeyedIdempotent {
             return None;
         }
         let horizon_ms = self.horizon_deadline_ms?;
-        Some(horizon_ms.saturating_sub(self.policy.processing_ms_max.unwrap_or(0)))
+        let processing_ms = self.policy.processing_ms_max?;
+        Some(horizon_ms.saturating_sub(processing_ms))
     }
 
     /// The ledger time (ms) from which a look-up that finds nothing proves that no

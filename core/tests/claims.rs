@@ -336,6 +336,72 @@ fn a_keyed_resend_must_reach_the_provider_inside_its_horizon() {
 }
 
 #[test]
+fn a_keyed_tool_with_no_declared_processing_bound_reconciles_instead_of_resending() {
+    // Without the bound nothing says when a re-send would reach the provider, so none is
+    // covered by the horizon, however early: the unknown outcome is looked up first.
+    let mut h = Harness::new();
+    h.operator(CommandBody::PutToolPolicy {
+        tenant: TENANT.into(),
+        tool: ToolName {
+            provider: REFUND.0.into(),
+            name: REFUND.1.into(),
+        },
+        policy: ToolPolicy {
+            processing_ms_max: None,
+            ..policy(ReplayClass::KeyedIdempotent)
+        },
+    });
+    let d = refund("r-1");
+    let g1 = h.proceed(&d);
+    assert!(
+        h.record(&d).resend_deadline_ms().is_none(),
+        "no re-send deadline without a bound"
+    );
+    h.unknown(&d, g1.fencing_token);
+    h.advance(LEASE_MS);
+    match h.claim(&d) {
+        Outcome::Claim(ClaimOutcome::Reconcile(u)) => {
+            assert_eq!(u.provider_key, g1.provider_key);
+        }
+        other => panic!("expected reconcile, got {other:?}"),
+    }
+    // A look-up that finds the refund settles it, and the retry replays it.
+    let r = h.reconcile_grant(&d);
+    h.observe(
+        &d,
+        r.fencing_token,
+        ObservationResult::Committed {
+            receipt: "refund re_1".into(),
+        },
+    );
+    assert!(matches!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::Replay { .. })
+    ));
+}
+
+#[test]
+fn a_blank_confirmation_confirms_nothing() {
+    let mut h = Harness::new();
+    let d = message("m-1");
+    for blank in ["", "   ", "\t\n"] {
+        assert_eq!(
+            h.claim_as(&d, "server-a", Some(blank)),
+            Outcome::Refused(Refusal::ConfirmationRequired),
+            "{blank:?}"
+        );
+    }
+    assert!(
+        h.ledger.get(&d.key).is_none(),
+        "a refused claim declares nothing"
+    );
+    assert!(matches!(
+        h.claim_as(&d, "server-a", Some("yes")),
+        Outcome::Claim(ClaimOutcome::Proceed(_))
+    ));
+}
+
+#[test]
 fn irreversible_tools_need_confirmation_and_stop_at_a_person() {
     let mut h = Harness::new();
     let d = message("m-1");

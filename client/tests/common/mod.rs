@@ -27,7 +27,8 @@ pub const TENANT: &str = "acme";
 /// durable before answering (a processing bound of zero), so "not found" proves absence
 /// once the dispatch's lease has ended; `desk/late_ticket`'s takes up to 1.5 s;
 /// `desk/observe_twice` declares no bound and escalates after two ambiguous observations;
-/// `pay/short_lease` clamps every lease to 300 ms.
+/// `pay/refund`'s provider takes up to 1 s (so an unknown outcome is re-sent inside its
+/// horizon); `pay/short_lease` clamps every lease to 300 ms.
 pub const POLICIES: &str = r#"
 [[tenant]]
 name = "acme"
@@ -36,6 +37,7 @@ name = "acme"
 tenant = "acme"
 tool = "pay/refund"
 class = "keyed_idempotent"
+processing_ms_max = 1000
 
 [[tool]]
 tenant = "acme"

@@ -57,6 +57,7 @@ tenant = "acme"
 tool = "pay/refund"
 class = "keyed_idempotent"
 provider_horizon_ms = 86400000
+processing_ms_max = 30000
 target_fields = ["/order_id"]
 
 [[tool]]

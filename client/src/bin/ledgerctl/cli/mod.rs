@@ -284,7 +284,7 @@ pub struct ToolPut {
     #[arg(long, value_name = "MS")]
     pub lease_ms: Option<u64>,
     /// The provider's declared processing bound; without it a look-up never proves
-    /// absence.
+    /// absence and a keyed tool's unknown outcome is reconciled, not re-sent.
     #[arg(long, value_name = "MS")]
     pub processing_ms: Option<u64>,
     /// How long after commit the provider's look-up shows an effect.
