@@ -298,10 +298,13 @@ impl Inner {
                         });
                     }
                     Some(_) => continue,
-                    None if self.config.unlisted_tools == Unlisted::Pass
-                        && self.passable(&tenant.name, upstream, &name) =>
-                    {
-                        tools.push(tool)
+                    // Routes are shared by every tenant, so an unlisted tool is routed
+                    // whoever lists; whether it passes is this tenant's policy, checked
+                    // here for the list and again at every call.
+                    None if self.config.unlisted_tools == Unlisted::Pass => {
+                        if self.passable(&tenant.name, upstream, &name) {
+                            tools.push(tool)
+                        }
                     }
                     None => continue,
                 }

@@ -11,22 +11,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use ledger_client::DispatchResult;
-use ledger_core::limits::fit_receipt;
+use ledger_core::limits::{fit_detail, fit_receipt};
 
 use crate::transport::{JsonAnswer, Method, ProviderRequest, ProviderTransport, SendError};
-
-/// Longest provider body kept in a proof or reason.
-const DETAIL_CHARS_MAX: usize = 1_000;
-
-/// `body` as text, short enough for a ledger proof or reason.
-pub(crate) fn shortened(body: &Value) -> String {
-    shortened_text(&body.to_string())
-}
-
-/// `text`, short enough for a ledger proof or reason (at most 4,000 bytes).
-pub(crate) fn shortened_text(text: &str) -> String {
-    text.chars().take(DETAIL_CHARS_MAX).collect()
-}
 
 /// `body` as the receipt the ledger keeps: its JSON text, or, when that is longer than
 /// the ledger keeps a receipt, a note of its size and SHA-256 (`fit_receipt`).
@@ -38,25 +25,24 @@ pub(crate) fn receipt_of(body: &Value) -> String {
 pub fn classify(answer: Result<JsonAnswer, SendError>) -> DispatchResult {
     match answer {
         Err(SendError::NotSent(e)) => DispatchResult::NotCommitted {
-            proof: format!("never sent: {}", shortened_text(&e)),
+            proof: fit_detail(&format!("never sent: {e}")),
         },
         Err(SendError::AfterSend(e)) => DispatchResult::Unknown {
-            reason: shortened_text(&e),
+            reason: fit_detail(&e),
         },
         Ok(a) if (200..300).contains(&a.status) => DispatchResult::Committed {
             receipt: receipt_of(&a.body),
         },
         Ok(a) if (400..500).contains(&a.status) && !matches!(a.status, 408 | 409 | 425 | 429) => {
             DispatchResult::NotCommitted {
-                proof: format!(
+                proof: fit_detail(&format!(
                     "the provider refused with {}: {}",
-                    a.status,
-                    shortened(&a.body)
-                ),
+                    a.status, a.body
+                )),
             }
         }
         Ok(a) => DispatchResult::Unknown {
-            reason: format!("the provider answered {}: {}", a.status, shortened(&a.body)),
+            reason: fit_detail(&format!("the provider answered {}: {}", a.status, a.body)),
         },
     }
 }
@@ -111,11 +97,10 @@ impl ProviderClient {
         };
         match self.send(&request).await {
             Ok(a) if (200..300).contains(&a.status) => Ok(a.body),
-            Ok(a) => Err(format!(
+            Ok(a) => Err(fit_detail(&format!(
                 "the provider answered {}: {}",
-                a.status,
-                shortened(&a.body)
-            )),
+                a.status, a.body
+            ))),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -167,7 +152,7 @@ mod tests {
         else {
             panic!("a 400 is a refusal");
         };
-        assert!(proof.len() < ledger_core::limits::DETAIL_BYTES_MAX);
+        assert!(proof.len() <= ledger_core::limits::DETAIL_BYTES_MAX);
         let long = "é".repeat(10_000);
         for result in [
             classify(Err(SendError::NotSent(long.clone()))),

@@ -21,9 +21,10 @@ use serde_json::Value;
 
 use ledger_client::reconcile::BoxFuture;
 use ledger_client::{Observation, ProviderAdapter};
+use ledger_core::limits::fit_detail;
 use ledger_core::EffectRecord;
 
-use crate::client::{receipt_of, shortened_text, ProviderClient};
+use crate::client::{receipt_of, ProviderClient};
 
 /// What a search says once a forgetting provider's horizon has passed.
 pub const HORIZON_PASSED: &str =
@@ -135,7 +136,7 @@ impl Search {
             Ok(body) => body,
             Err(e) => {
                 return Observation::Unknown {
-                    detail: shortened_text(&format!("GET {path}: {e}")),
+                    detail: fit_detail(&format!("GET {path}: {e}")),
                 }
             }
         };
@@ -150,7 +151,7 @@ impl Search {
                 },
             },
             None => Observation::Unknown {
-                detail: shortened_text(&format!(
+                detail: fit_detail(&format!(
                     "GET {path} answered without a list `{}`: {body}",
                     self.spec.list
                 )),
