@@ -19,6 +19,16 @@
 //! With horizons judged by ledger time (or stamps that carry no bounds on real time), the
 //! retry is granted, the re-send reaches a provider that forgot the key, and the refund
 //! is executed twice.
+//!
+//! Second scenario: the same provider and horizon, a tool whose policy declares no
+//! processing bound, and no outage. The refund is sent and taken in at once, its answer
+//! is lost, and 20 s later, well inside the horizon by every clock, another instance
+//! retries. The provider may take up to 12 s to take a request in, which the policy does
+//! not say: a re-send made then would reach it after it forgot the key. With no bound
+//! declared, nothing says when a re-send arrives, so the retry is answered `reconcile`,
+//! and reconciliation finds the refund. With the bound counted as zero (as the ledger did
+//! before), the retry is granted, the re-send arrives after the horizon, and the refund is
+//! executed twice.
 
 #![cfg(madsim)]
 
@@ -27,8 +37,8 @@ use std::time::Duration;
 
 use ledger_client::{ClientError, LedgerClient};
 use ledger_core::{
-    ClaimOutcome, Declaration, EffectState, ObservationResult, ReconcileOutcome, Report, ToolName,
-    ToolPolicy, ToolRef,
+    ClaimOutcome, Declaration, EffectKey, EffectState, Grant, ObservationResult, ReconcileOutcome,
+    Report, ToolName, ToolPolicy, ToolRef,
 };
 use ledger_sim_tests::cluster::ClientNode;
 use ledger_sim_tests::fixtures::{
@@ -45,8 +55,17 @@ const SCENARIO: Scenario = Scenario {
     default_seeds: &[1, 2, 3],
 };
 
-/// The effect.
-const REFUND: &str = "cold-refund";
+const UNBOUNDED: Scenario = Scenario {
+    test_binary: "cold_restart",
+    test_name: "a_keyed_tool_that_declares_no_processing_bound_is_reconciled_not_resent",
+    default_seeds: &[1, 2, 3],
+};
+
+/// How long after the first send the second scenario's retry comes: a lease and the
+/// clock skew fit before the horizon after it.
+const RETRY_AFTER: Duration = Duration::from_secs(20);
+/// How long the second scenario's provider takes to take in a re-send: past its horizon.
+const SLOW_TRANSIT: Duration = Duration::from_secs(12);
 /// How long the provider deduplicates a key, from the first time it saw it (real time).
 const HORIZON_MS: u64 = 30_000;
 /// How long every ledger node is down: longer than the horizon.
@@ -64,34 +83,85 @@ fn keyed_resend_after_a_whole_cluster_outage_longer_than_the_horizon_is_not_gran
     seeds::run(&SCENARIO, scenario);
 }
 
-/// The refund tool: keyed, with a short horizon and a provider that applies a request
-/// the instant it arrives.
-fn refund_tool() -> (ToolName, ToolPolicy) {
-    let name = ToolName {
-        provider: "payments".into(),
-        name: "refund-30s".into(),
-    };
-    let policy = ToolPolicy {
-        provider_horizon_ms: HORIZON_MS,
-        lease_ms: LEASE_MS,
-        lease_ms_max: 2 * LEASE_MS,
-        processing_ms_max: Some(0),
-        retention_ms: 3_600_000,
-        retry_window_ms: 3_600_000,
-        ..ToolKind::Keyed.policy()
-    };
-    (name, policy)
+#[test]
+fn a_keyed_tool_that_declares_no_processing_bound_is_reconciled_not_resent() {
+    seeds::run(&UNBOUNDED, unbounded_scenario);
 }
 
-fn refund_declaration() -> Declaration {
-    let (name, _) = refund_tool();
-    Declaration {
-        tool: ToolRef {
-            provider: name.provider,
-            name: name.name,
-            contract_version: "v1".into(),
-        },
-        ..declaration(REFUND, ToolKind::Keyed)
+/// A refund effect through a keyed tool of its own.
+#[derive(Clone)]
+struct Refund {
+    /// The effect's name ([`effect_key`]).
+    effect: &'static str,
+    tool: ToolName,
+    policy: ToolPolicy,
+}
+
+impl Refund {
+    /// The first scenario's: a keyed tool with a short horizon and a provider that
+    /// applies a request the instant it arrives (a processing bound of zero).
+    fn cold() -> Self {
+        Refund {
+            effect: "cold-refund",
+            tool: ToolName {
+                provider: "payments".into(),
+                name: "refund-30s".into(),
+            },
+            policy: Self::policy(Some(0)),
+        }
+    }
+
+    /// The second scenario's: the same horizon, no declared processing bound.
+    fn unbounded() -> Self {
+        Refund {
+            effect: "unbounded-refund",
+            tool: ToolName {
+                provider: "payments".into(),
+                name: "refund-unbounded".into(),
+            },
+            policy: Self::policy(None),
+        }
+    }
+
+    fn policy(processing_ms_max: Option<u64>) -> ToolPolicy {
+        ToolPolicy {
+            provider_horizon_ms: HORIZON_MS,
+            lease_ms: LEASE_MS,
+            lease_ms_max: 2 * LEASE_MS,
+            processing_ms_max,
+            retention_ms: 3_600_000,
+            retry_window_ms: 3_600_000,
+            ..ToolKind::Keyed.policy()
+        }
+    }
+
+    fn key(&self) -> EffectKey {
+        effect_key(self.effect)
+    }
+
+    fn declaration(&self) -> Declaration {
+        Declaration {
+            tool: ToolRef {
+                provider: self.tool.provider.clone(),
+                name: self.tool.name.clone(),
+                contract_version: "v1".into(),
+            },
+            ..declaration(self.effect, ToolKind::Keyed)
+        }
+    }
+
+    /// Stores the tool's policy.
+    async fn configure(&self, run: &Run) {
+        let (name, policy) = (self.tool.clone(), self.policy.clone());
+        let id = format!("setup-tool-{}", self.tool.name);
+        run.cluster
+            .as_operator(move |client| async move {
+                client
+                    .put_tool_policy(&id, TENANT, name, policy)
+                    .await
+                    .unwrap_or_else(|e| panic!("configuring the refund tool failed: {e}"))
+            })
+            .await;
     }
 }
 
@@ -114,42 +184,19 @@ impl ForgetfulProvider {
 async fn scenario() -> RunOutcome {
     let run = Run::begin(ClusterSettings::new(3)).await;
     let cluster = run.cluster.clone();
-    let (name, policy) = refund_tool();
-    cluster
-        .as_operator(move |client| async move {
-            client
-                .put_tool_policy("setup-tool-refund-30s", TENANT, name, policy)
-                .await
-                .unwrap_or_else(|e| panic!("configuring the refund tool failed: {e}"))
-        })
-        .await;
+    let refund = Refund::cold();
+    refund.configure(&run).await;
     let client = cluster.client(cluster.endpoints(), TENANT_KEY);
     let mut provider = ForgetfulProvider {
         provider: run.provider.clone(),
         first_seen_ms: None,
     };
-    let key = effect_key(REFUND);
+    let key = refund.key();
 
     // The first tool server sends the refund; its answer is lost.
     let first = cluster.client_node("tool-server-a");
-    let grant = match claim(&first, &client, "a").await {
-        ClaimOutcome::Proceed(grant) => grant,
-        other => panic!("the first claim answered {other:?}"),
-    };
-    let receipt = provider.send(&grant.provider_key);
-    let lost = Report::Unknown {
-        reason: "the provider's answer was lost".into(),
-    };
-    let (state, _) = on(&first, &client, "report-a", move |c| {
-        let (key, lost) = (effect_key(REFUND), lost.clone());
-        async move {
-            c.report("cold-report-a", key, grant.fencing_token, lost)
-                .await
-        }
-    })
-    .await;
-    assert_eq!(state, EffectState::UnknownAfterDispatch);
-    run.trace.note("refund sent; its answer was lost");
+    let (grant, receipt) =
+        send_and_lose_the_answer(&run, &refund, &first, &client, &mut provider).await;
 
     // Every node goes down for longer than the horizon; their clocks come back slow.
     let ids = cluster.ids();
@@ -169,7 +216,7 @@ async fn scenario() -> RunOutcome {
 
     // Another instance retries the refund.
     let second = cluster.client_node("tool-server-b");
-    match claim(&second, &client, "b").await {
+    match claim(&second, &client, &refund, "b").await {
         ClaimOutcome::HorizonPassed(unsettled) => {
             assert_eq!(unsettled.dispatches, 1);
             run.trace.note("the retry was told the horizon has passed");
@@ -192,7 +239,7 @@ async fn scenario() -> RunOutcome {
          horizon"
     );
 
-    reconcile(&run, &second, &client, &grant.provider_key).await;
+    reconcile(&run, &second, &client, &refund, &grant.provider_key).await;
     for id in &ids {
         cluster.correct_clock(*id);
     }
@@ -202,25 +249,114 @@ async fn scenario() -> RunOutcome {
     outcome.outcome
 }
 
-/// Claims the refund from `machine` as holder `tool-server-{who}`.
-async fn claim(machine: &ClientNode, client: &LedgerClient, who: &str) -> ClaimOutcome {
+async fn unbounded_scenario() -> RunOutcome {
+    let run = Run::begin(ClusterSettings::new(3)).await;
+    let cluster = run.cluster.clone();
+    let refund = Refund::unbounded();
+    refund.configure(&run).await;
+    let client = cluster.client(cluster.endpoints(), TENANT_KEY);
+    let mut provider = ForgetfulProvider {
+        provider: run.provider.clone(),
+        first_seen_ms: None,
+    };
+    let key = refund.key();
+    let first = cluster.client_node("tool-server-a");
+    let (grant, receipt) =
+        send_and_lose_the_answer(&run, &refund, &first, &client, &mut provider).await;
+
+    tokio::time::sleep(RETRY_AFTER).await;
+    let second = cluster.client_node("tool-server-b");
+    match claim(&second, &client, &refund, "b").await {
+        ClaimOutcome::Reconcile(unsettled) => {
+            assert_eq!(unsettled.dispatches, 1);
+            run.trace.note("the retry was told to reconcile");
+        }
+        ClaimOutcome::Proceed(resend) => {
+            // The re-send is on its way longer than the policy says nothing about.
+            tokio::time::sleep(SLOW_TRANSIT).await;
+            provider.send(&resend.provider_key);
+            run.trace.note(format!(
+                "a re-send was granted; it reached the provider at real time {} ms",
+                wall_clock_ms()
+            ));
+        }
+        other => panic!("the retry answered {other:?}"),
+    }
+    let executions = run.provider.effects()[&grant.provider_key].executions;
+    assert_eq!(
+        executions, 1,
+        "the provider refunded {executions} times: a re-send with no declared processing \
+         bound reached it after its horizon"
+    );
+
+    reconcile(&run, &second, &client, &refund, &grant.provider_key).await;
+    let outcome = run.verify(&[], std::slice::from_ref(&key), true).await;
+    let record = &outcome.views[0].records[&key];
+    assert_eq!(record.receipt.as_deref(), Some(receipt.as_str()));
+    outcome.outcome
+}
+
+/// The first tool server claims `refund` and sends it; the provider takes it in and its
+/// answer is lost (reported unknown). Returns the grant and the provider's receipt.
+async fn send_and_lose_the_answer(
+    run: &Run,
+    refund: &Refund,
+    first: &ClientNode,
+    client: &LedgerClient,
+    provider: &mut ForgetfulProvider,
+) -> (Grant, String) {
+    let grant = match claim(first, client, refund, "a").await {
+        ClaimOutcome::Proceed(grant) => grant,
+        other => panic!("the first claim answered {other:?}"),
+    };
+    let receipt = provider.send(&grant.provider_key);
+    let lost = Report::Unknown {
+        reason: "the provider's answer was lost".into(),
+    };
+    let (key, token) = (refund.key(), grant.fencing_token);
+    let (state, _) = on(first, client, "report-a", move |c| {
+        let (key, lost) = (key.clone(), lost.clone());
+        async move { c.report("cold-report-a", key, token, lost).await }
+    })
+    .await;
+    assert_eq!(state, EffectState::UnknownAfterDispatch);
+    run.trace.note("refund sent; its answer was lost");
+    (grant, receipt)
+}
+
+/// Claims `refund` from `machine` as holder `tool-server-{who}`.
+async fn claim(
+    machine: &ClientNode,
+    client: &LedgerClient,
+    refund: &Refund,
+    who: &str,
+) -> ClaimOutcome {
     let holder = format!("tool-server-{who}");
     let command_id = format!("cold-claim-{who}");
+    let declaration = refund.declaration();
     on(machine, client, "claim", move |c| {
-        let (holder, command_id) = (holder.clone(), command_id.clone());
-        async move {
-            c.claim(&command_id, refund_declaration(), &holder, None, None)
-                .await
-        }
+        let (holder, command_id, declaration) =
+            (holder.clone(), command_id.clone(), declaration.clone());
+        async move { c.claim(&command_id, declaration, &holder, None, None).await }
     })
     .await
 }
 
 /// Settles the unknown refund by looking at the provider: it holds the refund.
-async fn reconcile(run: &Run, machine: &ClientNode, client: &LedgerClient, provider_key: &str) {
-    let observer = match on(machine, client, "begin-reconcile", |c| async move {
-        c.begin_reconcile("cold-reconcile", effect_key(REFUND), "reconciler", None)
-            .await
+async fn reconcile(
+    run: &Run,
+    machine: &ClientNode,
+    client: &LedgerClient,
+    refund: &Refund,
+    provider_key: &str,
+) {
+    let key = refund.key();
+    let observer = match on(machine, client, "begin-reconcile", move |c| {
+        let key = key.clone();
+        async move {
+            c.begin_reconcile("cold-reconcile", key, "reconciler", None)
+                .await
+        }
     })
     .await
     {
@@ -231,14 +367,16 @@ async fn reconcile(run: &Run, machine: &ClientNode, client: &LedgerClient, provi
         .provider
         .observe(provider_key)
         .expect("the provider holds the refund");
+    let key = refund.key();
     let (state, escalated) = on(machine, client, "observe", move |c| {
         let result = ObservationResult::Committed {
             receipt: receipt.clone(),
         };
+        let key = key.clone();
         async move {
             c.observe(
                 "cold-observe",
-                effect_key(REFUND),
+                key,
                 observer.fencing_token,
                 result,
                 "found by provider key",
