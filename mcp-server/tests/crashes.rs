@@ -56,7 +56,13 @@ async fn a_leader_killed_between_claim_and_report_never_duplicates_an_effect() {
     assert_eq!(world.counts().await["refunds"], 1, "{effects}");
     assert_eq!(world.counts().await["tickets"], 1, "{effects}");
     assert_eq!(refund_retry["receipt"], effects["refunds"][0]);
-    for record in world.records().await {
+    let records = world.records().await;
+    assert_eq!(
+        records.len(),
+        2,
+        "the refund's and the ticket's: {records:#?}"
+    );
+    for record in records {
         assert_eq!(record.state, EffectState::Committed, "{record:#?}");
         assert_eq!(record.attempts.len(), 1, "{record:#?}");
     }

@@ -184,7 +184,21 @@ pub fn check_ack(ack: &Ack, record: Option<&EffectRecord>) -> Result<(), String>
                 ))
             }
         }
-        Answer::Escalated => Ok(()),
+        // An escalation ends only by a commit (a late report or observation, which the
+        // provider's state makes true) or by an operator's decision, never by itself.
+        Answer::Escalated => {
+            if record.is_escalated()
+                || record.state == EffectState::Committed
+                || record.decision.is_some()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "told escalated, record is {} with no escalation, commit or decision",
+                    record.state
+                ))
+            }
+        }
         Answer::Reported {
             fencing_token,
             report,
@@ -585,6 +599,34 @@ mod tests {
             check_ack(&granted, ledger.get(&effect_key("ack")).as_ref()),
             Ok(())
         );
+    }
+
+    /// An escalation a client was told of stays on record until a commit or an
+    /// operator's decision ends it.
+    #[test]
+    fn an_escalated_answer_needs_an_escalation_a_commit_or_a_decision_on_record() {
+        let (ledger, _) = claimed_and_reported(Report::Unknown {
+            reason: "timed out".into(),
+        });
+        let mut record = ledger.get(&effect_key("ack")).expect("claimed");
+        let escalated = Ack {
+            at: Duration::ZERO,
+            client: "retrying".into(),
+            key: effect_key("ack"),
+            answer: Answer::Escalated,
+        };
+        assert!(
+            check_ack(&escalated, Some(&record)).is_err(),
+            "unknown, never escalated"
+        );
+        record.escalation = Some(ledger_core::Escalation {
+            at_ms: 1_200,
+            reason: ledger_core::EscalationReason::DispatchBudgetSpent,
+        });
+        assert_eq!(check_ack(&escalated, Some(&record)), Ok(()));
+        record.escalation = None;
+        record.state = EffectState::Committed;
+        assert_eq!(check_ack(&escalated, Some(&record)), Ok(()));
     }
 
     #[test]

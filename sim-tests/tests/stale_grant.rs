@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use ledger_client::{
-    DispatchResult, EffectCall, EffectOutcome, EffectRunner, RunError, RunOptions,
+    ClientError, DispatchResult, EffectCall, EffectOutcome, EffectRunner, RunError, RunOptions,
 };
 use ledger_core::AttemptOutcome;
 use ledger_sim_tests::cluster::Cluster;
@@ -127,6 +127,15 @@ async fn scenario() -> RunOutcome {
         .expect("A's run ends once its answers arrive")
         .expect("A's machine runs");
     run.trace.note(format!("A's run ended {outcome:?}"));
+    // A that gave up before its answers were released never met the late grant, and the
+    // run would prove nothing about it.
+    assert!(
+        !matches!(
+            outcome,
+            Err(RunError::Ledger(ClientError::Unavailable { .. }))
+        ),
+        "A gave up before its answers arrived, so it never held the late grant: {outcome:?}"
+    );
     let executions = run
         .provider
         .effects()

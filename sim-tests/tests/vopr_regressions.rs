@@ -75,7 +75,8 @@
 //!   `bit_flip_keeps_its_node_down_and_the_cluster_serving`: the storage faults the
 //!   randomized schedule injects, driven directly. A follower loses power again and again
 //!   under load, each time with its last unsynced write possibly torn, and restarts and
-//!   catches up every time; then a follower's synced log (or vote) has a bit flipped while
+//!   catches up every time, until at least two power failures have torn a write (the
+//!   run fails if they have not within its rounds); then a follower's synced log (or vote) has a bit flipped while
 //!   it is down, and it must refuse to start with the damage named while the other two
 //!   keep serving and every checker holds on them.
 //! - `checker_takes_a_grants_real_time_from_its_horizon` (seeds 8399 and 9751, the first
@@ -255,17 +256,29 @@ async fn follower(run: &Run) -> u64 {
         .expect("a follower")
 }
 
-/// Five power failures of a follower under load, each restarted at once on whatever its
-/// torn disk kept: it must start every time (a torn tail is cut, a torn committed id
-/// dropped) and catch up.
+/// Power failures of a follower under load, each restarted at once on whatever its torn
+/// disk kept: it must start every time (a torn tail is cut, a torn committed id dropped)
+/// and catch up. Whether a failure tears a write depends on what was unsynced at that
+/// moment, so rounds go on (at least five) until two have, which they must within
+/// `ROUNDS_MAX`: a run that tore nothing would prove nothing about torn writes.
 async fn torn_writes() -> RunOutcome {
+    const ROUNDS_MIN: usize = 5;
+    const ROUNDS_MAX: usize = 40;
+    const TEARS_MIN: usize = 2;
     let run = Run::begin(ClusterSettings::new(3)).await;
     let cluster = run.cluster.clone();
     let shared = effects("tw", 12);
     let plans = contending_clients(&cluster.endpoints(), 3, &shared);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);
     let mut torn = 0;
-    for round in 0..5 {
+    let mut rounds = 0;
+    while rounds < ROUNDS_MIN || torn < TEARS_MIN {
+        assert!(
+            rounds < ROUNDS_MAX,
+            "only {torn} of {rounds} power failures tore a write"
+        );
+        let round = rounds;
+        rounds += 1;
         run.answers_since(5, sim_elapsed(), None, Duration::from_secs(30))
             .await;
         let victim = follower(&run).await;
@@ -288,7 +301,7 @@ async fn torn_writes() -> RunOutcome {
         .unwrap_or_else(|e| panic!("{e}"));
     }
     run.trace
-        .note(format!("{torn} of 5 power failures tore a write"));
+        .note(format!("{torn} of {rounds} power failures tore a write"));
     let stats = workload.finish().await;
     run.verify(&stats, &keys(&shared), true).await.outcome
 }

@@ -146,9 +146,9 @@ async def test_a_repaired_refund_in_the_same_turn_is_a_tool_error_naming_the_fie
         )
         assert "amount_cents" in said, f"the conflict should name amount_cents: {said}"
         fields = structured(repaired).get("differing_fields")
-        if fields is not None:
-            assert any("amount_cents" in f for f in fields), fields
-            assert not any("order_id" in f or "currency" in f for f in fields), fields
+        assert fields is not None, f"the conflict should list differing_fields: {said}"
+        assert any("amount_cents" in f for f in fields), fields
+        assert not any("order_id" in f or "currency" in f for f in fields), fields
 
         # The same call as the first one still answers the first refund.
         again = await call(world, "mcp-b", "refund", args, meta)

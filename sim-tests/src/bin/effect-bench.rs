@@ -7,7 +7,10 @@
 //! ```
 //!
 //! `--strategies blind-retry,ledger-explicit-key` runs a subset. A failed run prints its
-//! seed, strategy and the command that replays it.
+//! seed, strategy and the command that replays it. The baselines are expected to apply
+//! effects twice or suppress intended ones; the ledger is not: after writing the table,
+//! the run fails, naming each seed and its replay command, if a ledger strategy applied an
+//! effect twice or suppressed an intended one.
 
 #[cfg(madsim)]
 fn main() -> std::process::ExitCode {
@@ -30,6 +33,7 @@ mod cli {
 
     use ledger_sim_tests::actors::Strategy;
     use ledger_sim_tests::bench::driver::{machine, run_all};
+    use ledger_sim_tests::bench::metrics::summarise;
     use ledger_sim_tests::bench::report::{self, Provenance};
     use ledger_sim_tests::bench::{opcount, run_seed};
 
@@ -136,6 +140,48 @@ mod cli {
             eprintln!("effect-bench: writing {}: {e}", args.out.display());
             return ExitCode::FAILURE;
         }
+        let unsafe_runs = unsafe_ledger_runs(&results, &args);
+        if !unsafe_runs.is_empty() {
+            eprintln!(
+                "the ledger applied an effect twice or suppressed an intended one in {} runs; \
+                 replay with:\n{}",
+                unsafe_runs.len(),
+                unsafe_runs.join("\n")
+            );
+            return ExitCode::FAILURE;
+        }
         ExitCode::SUCCESS
+    }
+
+    /// The replay commands of the ledger's runs (seed and strategy) that applied an effect
+    /// twice or suppressed an intended one.
+    fn unsafe_ledger_runs(
+        results: &[ledger_sim_tests::bench::metrics::EffectResult],
+        args: &Args,
+    ) -> Vec<String> {
+        let mut runs = Vec::new();
+        for seed in args.start..args.start + args.seeds {
+            for strategy in args
+                .strategies
+                .iter()
+                .filter(|s| matches!(s, Strategy::Ledger(_)))
+            {
+                let summary = summarise(
+                    results
+                        .iter()
+                        .filter(|r| r.seed == seed && r.strategy == *strategy),
+                );
+                if summary.extra_applications > 0 || summary.false_dedup > 0 {
+                    eprintln!(
+                        "seed={seed} strategy={}: {} extra applications, {} suppressed",
+                        strategy.name(),
+                        summary.extra_applications,
+                        summary.false_dedup
+                    );
+                    runs.push(replay(seed, *strategy));
+                }
+            }
+        }
+        runs
     }
 }
