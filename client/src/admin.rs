@@ -12,6 +12,9 @@ use crate::ledger::LedgerClient;
 /// Deadline of one status call; a node that does not answer in this time is down for the
 /// purpose of finding the leader.
 const STATUS_TIMEOUT_MS: u64 = 1_000;
+/// Deadline of a status call with the state digest, which streams the node's whole
+/// state through SHA-256 (seconds at millions of records).
+const DIGEST_TIMEOUT_MS: u64 = 600_000;
 
 impl LedgerClient {
     /// The status of endpoint `i`, without retries: it is that node's view that is asked.
@@ -32,8 +35,13 @@ impl LedgerClient {
         i: usize,
         with_state_digest: bool,
     ) -> Result<pb::StatusResponse, ClientError> {
+        let timeout_ms = if with_state_digest {
+            DIGEST_TIMEOUT_MS
+        } else {
+            STATUS_TIMEOUT_MS
+        };
         self.transport()
-            .status_of(i, with_state_digest, STATUS_TIMEOUT_MS)
+            .status_of(i, with_state_digest, timeout_ms)
             .await
     }
 

@@ -331,8 +331,19 @@ async fn export_prints_one_json_line_per_record_across_pages() {
     )
     .await;
     assert!(succeeded(&out).is_empty());
+    assert_owner_only(&file);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Backups and exports hold every record: only their owner may read them.
+fn assert_owner_only(file: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(file)
+        .expect("the file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{} has mode {mode:o}", file.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,6 +474,10 @@ async fn snapshot_save_writes_the_ledger_with_its_digest() {
         "a tenant key cannot back up the ledger"
     );
     assert!(!file.exists());
+    assert!(
+        !file.with_extension("partial").exists(),
+        "a failed save leaves no partial file"
+    );
     let out = ledgerctl(
         &ledger,
         OPERATOR_KEY,
@@ -470,6 +485,7 @@ async fn snapshot_save_writes_the_ledger_with_its_digest() {
     )
     .await;
     let saved: serde_json::Value = serde_json::from_str(&succeeded(&out)).expect("JSON");
+    assert_owner_only(&file);
     let bytes = std::fs::read(&file).expect("the backup file");
     assert_eq!(saved["bytes"], bytes.len() as u64);
     let status = ledger
@@ -479,5 +495,25 @@ async fn snapshot_save_writes_the_ledger_with_its_digest() {
         .expect("status");
     let digest = ledger_core::intent::hex(&status.state_digest);
     assert_eq!(saved["state_digest"], digest.as_str());
+    // The check operators make: `status --digest` shows the same digest at that index.
+    let out = ledgerctl(
+        &ledger,
+        OPERATOR_KEY,
+        &["--output", "json", "status", "--digest"],
+    )
+    .await;
+    let shown: serde_json::Value = serde_json::from_str(&succeeded(&out)).expect("JSON");
+    let node = &shown["nodes"][0];
+    assert_eq!(node["state_digest"], digest.as_str(), "{shown}");
+    assert_eq!(
+        node["state_digest_index"], saved["applied_index"],
+        "{shown}"
+    );
+    let out = ledgerctl(&ledger, OPERATOR_KEY, &["--output", "json", "status"]).await;
+    let plain: serde_json::Value = serde_json::from_str(&succeeded(&out)).expect("JSON");
+    assert!(
+        plain["nodes"][0].get("state_digest").is_none(),
+        "no digest unless asked: {plain}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

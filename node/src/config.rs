@@ -33,6 +33,10 @@ use ledger_raft_store::RocksOptions;
 
 use crate::proposer::COMMAND_BYTES_MAX;
 
+/// What the example configurations in `deploy/` hold where a secret or key goes; a node
+/// refuses to start on one, so a forgotten edit never serves with a published key.
+const PLACEHOLDER: &str = "REPLACE-ME";
+
 /// Whether `secret` can travel in an HTTP header as it is: visible ASCII, spaces and tabs
 /// (what a header value may hold), but not at either end, where a header loses them.
 fn header_safe(secret: &str) -> bool {
@@ -149,6 +153,12 @@ impl ApiKey {
                  HTTP header, where other bytes would never match"
                     .into(),
             );
+        }
+        if plain.contains(PLACEHOLDER) {
+            return invalid(format!(
+                "an api key is still the example's placeholder ({PLACEHOLDER}...): set a key \
+                 of your own"
+            ));
         }
         Ok(Sha256::digest(plain.as_bytes()).into())
     }
@@ -495,6 +505,15 @@ impl NodeConfig {
         }
         if self.previous_cluster_secrets.iter().any(|s| s.len() < 16) {
             return invalid("previous_cluster_secrets must be at least 16 characters each".into());
+        }
+        if std::iter::once(&self.cluster_secret)
+            .chain(&self.previous_cluster_secrets)
+            .any(|s| s.contains(PLACEHOLDER))
+        {
+            return invalid(format!(
+                "the cluster secret is still the example's placeholder ({PLACEHOLDER}...): set \
+                 a secret of your own"
+            ));
         }
         if !header_safe(&self.cluster_secret)
             || !self.previous_cluster_secrets.iter().all(|s| header_safe(s))

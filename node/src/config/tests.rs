@@ -197,8 +197,35 @@ fn the_shipped_node_configurations_parse() {
         "systemd/node.toml",
     ] {
         let path = deploy.join(file);
-        let text = std::fs::read_to_string(&path).unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        if text.contains("REPLACE-ME") {
+            // An example whose secrets are placeholders is refused as it is...
+            let refused = NodeConfig::from_toml(&text, &path).expect_err(file);
+            assert!(
+                refused.to_string().contains("placeholder"),
+                "{file}: {refused}"
+            );
+            // ...and accepted once they are replaced.
+            text = text.replace("REPLACE-ME", "set-by-the-operator");
+        }
         let config = NodeConfig::from_toml(&text, &path).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(config.tls.is_some(), "{file} serves without TLS");
+    }
+}
+
+#[test]
+fn placeholder_secrets_are_refused() {
+    for (what, toml) in [
+        (
+            "cluster secret",
+            MINIMAL.replace("cluster_secret = \"", "cluster_secret = \"REPLACE-ME-"),
+        ),
+        (
+            "api key",
+            format!("{MINIMAL}\n[[api_keys]]\nkey = \"REPLACE-ME-with-a-key\"\noperator = true\n"),
+        ),
+    ] {
+        let e = NodeConfig::from_toml(&toml, Path::new("x.toml")).expect_err(what);
+        assert!(e.to_string().contains("placeholder"), "{what}: {e}");
     }
 }

@@ -33,6 +33,12 @@ struct NodeView {
     learners: Vec<MemberView>,
     records_by_state: BTreeMap<String, u64>,
     ledger_clock_ms: Option<u64>,
+    /// With `--digest`: the SHA-256 of the node's state, hex, and the applied index it
+    /// reflects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_digest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_digest_index: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,6 +76,9 @@ impl NodeView {
                 learners: members(&s.learners),
                 records_by_state: s.records_by_state.into_iter().collect(),
                 ledger_clock_ms: Some(s.ledger_clock_ms),
+                state_digest: (!s.state_digest.is_empty())
+                    .then(|| ledger_core::intent::hex(&s.state_digest)),
+                state_digest_index: s.state_digest_index,
             },
             Err(e) => NodeView {
                 endpoint: endpoint.to_owned(),
@@ -88,16 +97,23 @@ impl NodeView {
                 learners: Vec::new(),
                 records_by_state: BTreeMap::new(),
                 ledger_clock_ms: None,
+                state_digest: None,
+                state_digest_index: None,
             },
         }
     }
 }
 
-/// Every endpoint's view; fails only when a node refuses the key.
-async fn views(client: &LedgerClient) -> Result<Vec<NodeView>, Failure> {
+/// Every endpoint's view, with its state digest when `digest`; fails only when a node
+/// refuses the key.
+async fn views(client: &LedgerClient, digest: bool) -> Result<Vec<NodeView>, Failure> {
     let mut out = Vec::new();
     for (i, endpoint) in client.transport().endpoints().iter().enumerate() {
-        let answer = client.status_of(i).await;
+        let answer = if digest {
+            client.status_with_digest(i).await
+        } else {
+            client.status_of(i).await
+        };
         if let Err(e) = &answer {
             if Failure::refused_key(e) {
                 return Err(Failure::from_client("status", e.clone()));
@@ -108,14 +124,15 @@ async fn views(client: &LedgerClient) -> Result<Vec<NodeView>, Failure> {
     Ok(out)
 }
 
-/// `status`: one row per endpoint; a node that does not answer is `down`.
-pub async fn status(client: &LedgerClient, format: Format) -> CliResult {
-    let views = views(client).await?;
+/// `status`: one row per endpoint; a node that does not answer is `down`. With `digest`,
+/// each row also has the node's state digest and the index it reflects.
+pub async fn status(client: &LedgerClient, digest: bool, format: Format) -> CliResult {
+    let views = views(client, digest).await?;
     if format == Format::Json {
         print_json(&serde_json::json!({ "nodes": views }));
         return Ok(Exit::Success);
     }
-    let mut table = Table::new(&[
+    let mut columns = vec![
         "endpoint",
         "node",
         "role",
@@ -126,7 +143,11 @@ pub async fn status(client: &LedgerClient, format: Format) -> CliResult {
         "applied",
         "snapshot",
         "records",
-    ]);
+    ];
+    if digest {
+        columns.extend(["digest_index", "state_digest"]);
+    }
+    let mut table = Table::new(&columns);
     for v in &views {
         let records = v
             .records_by_state
@@ -135,7 +156,7 @@ pub async fn status(client: &LedgerClient, format: Format) -> CliResult {
             .map(|(state, n)| format!("{state}={n}"))
             .collect::<Vec<_>>()
             .join(",");
-        table.row(vec![
+        let mut row = vec![
             v.endpoint.clone(),
             or_dash(v.node_id),
             v.role.clone().unwrap_or_else(|| "down".into()),
@@ -150,7 +171,14 @@ pub async fn status(client: &LedgerClient, format: Format) -> CliResult {
             } else {
                 v.error.clone().unwrap_or_default()
             },
-        ]);
+        ];
+        if digest {
+            row.extend([
+                or_dash(v.state_digest_index),
+                v.state_digest.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        table.row(row);
     }
     table.print();
     Ok(Exit::Success)
@@ -293,7 +321,7 @@ fn print_changed(answer: &pb::MembershipResponse, format: Format) -> CliResult {
 
 /// The membership as the leader sees it, or else the first node that answers.
 async fn membership_view(client: &LedgerClient) -> Result<NodeView, Failure> {
-    let views = views(client).await?;
+    let views = views(client, false).await?;
     let leader = views
         .iter()
         .position(|v| v.role.as_deref() == Some("leader"))
@@ -342,20 +370,30 @@ fn print_membership(
     }
 }
 
-/// `snapshot save FILE`: the backup, written to a temporary file next to FILE and renamed
-/// once whole, so FILE is never a partial backup.
+/// `snapshot save FILE`: the backup, written to a temporary file next to FILE (readable
+/// by its owner only) and renamed once whole, so FILE is never a partial backup; a save
+/// that fails removes the temporary file.
 pub async fn save(client: &LedgerClient, file: &std::path::Path, format: Format) -> CliResult {
     let partial = file.with_extension("partial");
     let failed =
         |e: std::io::Error| Failure::new(format!("cannot write {}: {e}", partial.display()));
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&partial).map_err(failed)?);
-    let backup = client
-        .backup(&mut out)
-        .await
-        .map_err(|e| Failure::from_client("backup", e))?;
-    let out = out.into_inner().map_err(|e| failed(e.into_error()))?;
-    out.sync_all().map_err(failed)?;
-    std::fs::rename(&partial, file).map_err(failed)?;
+    let out = crate::output::create_private(&partial).map_err(failed)?;
+    let written = async {
+        let mut out = std::io::BufWriter::new(out);
+        let backup = client
+            .backup(&mut out)
+            .await
+            .map_err(|e| Failure::from_client("backup", e))?;
+        let out = out.into_inner().map_err(|e| failed(e.into_error()))?;
+        out.sync_all().map_err(failed)?;
+        std::fs::rename(&partial, file).map_err(failed)?;
+        Ok(backup)
+    }
+    .await;
+    let backup = written.inspect_err(|_| {
+        // Nothing to add if it cannot be removed: the failure is what is reported.
+        let _ = std::fs::remove_file(&partial);
+    })?;
     let digest = ledger_core::intent::hex(&backup.state_digest);
     match format {
         Format::Json => print_json(&serde_json::json!({

@@ -68,7 +68,7 @@ async fn run(cli: Cli) -> CliResult {
     let client = connect(&cli.global)?;
     let c = &client;
     match &cli.command {
-        Command::Status => cluster::status(c, format).await,
+        Command::Status(args) => cluster::status(c, args.digest, format).await,
         Command::Leader => cluster::leader(c, format).await,
         Command::WaitReady(w) => cluster::wait_ready(c, w.timeout_ms).await,
         Command::WaitLeader(w) => cluster::wait_leader(c, w.timeout_ms, format).await,

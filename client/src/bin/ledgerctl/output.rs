@@ -18,6 +18,16 @@ macro_rules! say {
 }
 pub(crate) use say;
 
+/// Creates (or truncates) `path` readable and writable by its owner only: backups and
+/// exports hold every record, receipts and intents included.
+pub fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
 /// Writes `text` to standard output; exits quietly when the reader has gone away.
 pub fn write_stdout(text: &str) {
     let mut out = std::io::stdout().lock();

@@ -1,7 +1,6 @@
 //! Effect records: one by key, pages of a tenant's records, every record for audit, and
 //! the operator's decision on an escalated effect.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -245,11 +244,10 @@ pub async fn decide(client: &LedgerClient, args: &Decide, format: Format) -> Cli
 /// `export`: every record of each tenant, one JSON document per line, following pages.
 pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
     let mut out: Box<dyn Write> = match &args.file {
-        Some(path) => {
-            Box::new(BufWriter::new(File::create(path).map_err(|e| {
-                Failure::new(format!("cannot create {}: {e}", path.display()))
-            })?))
-        }
+        Some(path) => Box::new(BufWriter::new(
+            crate::output::create_private(path)
+                .map_err(|e| Failure::new(format!("cannot create {}: {e}", path.display())))?,
+        )),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
     let write_failed = |e: std::io::Error| Failure::new(format!("cannot write the export: {e}"));

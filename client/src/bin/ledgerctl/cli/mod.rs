@@ -94,7 +94,7 @@ pub struct Global {
 pub enum Command {
     /// Each node's view of the cluster: role, leader, term, log indexes, records per state
     /// (operator key).
-    Status,
+    Status(StatusArgs),
     /// The leader's id and address, as the first answering node knows it (any key).
     Leader,
     /// Wait until every endpoint answers a status call (operator key).
@@ -151,6 +151,15 @@ pub enum Command {
     /// `policy apply`.
     #[command(hide = true)]
     ApplyPolicies(PolicyFileArg),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Also each node's state digest (the SHA-256 of its ledger state) and the log index
+    /// it reflects: replicas at the same index must agree, and a backup's digest is
+    /// compared with it. Costs each node a pass over its whole state.
+    #[arg(long)]
+    pub digest: bool,
 }
 
 #[derive(Debug, Subcommand)]
