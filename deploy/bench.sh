@@ -35,7 +35,9 @@
 # WARM_UP_SECONDS (5),
 # BENCH_DIR (default .data/bench; etcd, ledger and PostgreSQL data all go there),
 # LEDGER_BASE_PORT (7400), ETCD_BASE_PORT (23700), PG_PORT (54329),
-# PG_USER (postgres), SKIP ("etcd", "ledger" and/or "postgres" to leave out),
+# PG_USER (postgres), PG_BIN (PostgreSQL's initdb and pg_ctl; default the newest
+# /usr/lib/postgresql/N/bin, installing Debian's postgresql when there is none),
+# SKIP ("etcd", "ledger" and/or "postgres" to leave out),
 # BENCH_PROFILE (release), BUILD (1; 0 uses the binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +51,7 @@ WARM_UP_SECONDS=${WARM_UP_SECONDS:-5}
 ETCD_BASE_PORT=${ETCD_BASE_PORT:-23700}
 PG_PORT=${PG_PORT:-54329}
 PG_USER=${PG_USER:-postgres}
-PG_BIN=${PG_BIN:-/usr/local/bin}
+PG_BIN=${PG_BIN:-}
 SKIP=${SKIP:-}
 RESULTS=$BENCH_DIR/results.md
 ETCD_PIDS=()
@@ -246,7 +248,27 @@ p99_ratio() {
 
 # --- PostgreSQL -------------------------------------------------------------------------
 
+# The newest Debian PostgreSQL's bin folder, or nothing.
+debian_pg_bin() {
+  local dir
+  dir=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
+  return 0
+}
+
 run_postgres() {
+  [ -n "$PG_BIN" ] || PG_BIN=$(debian_pg_bin)
+  if [ -z "$PG_BIN" ] || ! command -v pgbench >/dev/null; then
+    echo "== installing postgresql (Debian)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+    [ -n "$PG_BIN" ] || PG_BIN=$(debian_pg_bin)
+  fi
+  if [ ! -x "$PG_BIN/initdb" ]; then
+    echo "no PostgreSQL initdb in ${PG_BIN:-/usr/lib/postgresql/*/bin}: set PG_BIN" >&2
+    return 1
+  fi
   # Absolute: the server runs in its data folder and puts its socket here.
   local pg
   pg=$(realpath -m "$BENCH_DIR/pg")

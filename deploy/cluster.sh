@@ -90,10 +90,20 @@ EOF
   if [ -n "${EXTRA_CONFIG:-}" ]; then printf '%s\n' "$EXTRA_CONFIG" >> "$DATA/node$n.toml"; fi
 }
 
+# The pid of node $n when its pid file names a running ledger-node (a pid file left by a
+# node that died may name another process by now); nothing otherwise.
+node_pid() {
+  local pid
+  pid=$(cat "$DATA/node$1.pid" 2>/dev/null) || return 0
+  if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = ledger-node ]; then
+    echo "$pid"
+  fi
+}
+
 start_node() {
   local n=$1
   write_config "$n"
-  if [ -f "$DATA/node$n.pid" ] && kill -0 "$(cat "$DATA/node$n.pid")" 2>/dev/null; then
+  if [ -n "$(node_pid "$n")" ]; then
     echo "node $n already running"; return
   fi
   RUST_LOG=${RUST_LOG:-info} nohup "$BIN/ledger-node" --config "$DATA/node$n.toml" \
@@ -102,16 +112,29 @@ start_node() {
   echo "node $n started (pid $!, 127.0.0.1:$((BASE_PORT + n)), log $DATA/node$n.log)"
 }
 
+# Stops node $n with $2 (TERM by default); one that has not exited after 10 s is
+# killed, so that no second node is ever started on the same data while it runs.
 stop_node() {
   local n=$1 signal=${2:-TERM}
-  [ -f "$DATA/node$n.pid" ] || return 0
-  local pid; pid=$(cat "$DATA/node$n.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+  local pid; pid=$(node_pid "$n")
+  if [ -n "$pid" ]; then
     kill "-$signal" "$pid"
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "node $n did not stop on $signal within 10 s: killing it"
+      kill -KILL "$pid"
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    fi
     echo "node $n stopped ($signal)"
   fi
   rm -f "$DATA/node$n.pid"
+}
+
+# Whether no node holds a Raft log yet, so the cluster is still to be formed (as
+# deploy/container/bootstrap.sh decides it: a data folder may exist from a start that
+# failed before the cluster was formed).
+unformed() {
+  ! ctl --output json status | grep -q '"last_log_index":[0-9]'
 }
 
 case "${1:-}" in
@@ -119,12 +142,11 @@ case "${1:-}" in
     [ "$BUILD" = 0 ] || build
     mkdir -p "$DATA"
     if [ "$TLS" = 1 ]; then bash deploy/gen-certs.sh "$TLS_DIR" node1 node2 node3 client; fi
-    fresh=1; [ -d "$DATA/node1" ] && fresh=0
     for n in "${NODES[@]}"; do start_node "$n"; done
     members=()
     for n in "${NODES[@]}"; do members+=("$n=127.0.0.1:$((BASE_PORT + n))"); done
     ctl wait-ready --timeout-ms 60000
-    if [ "$fresh" = 1 ]; then
+    if unformed; then
       ctl init "${members[@]}"
     fi
     ctl wait-leader --timeout-ms 20000
@@ -140,8 +162,11 @@ case "${1:-}" in
   reload)
     # SIGHUP: every node reads its configuration's secrets and certificates again.
     for n in "${NODES[@]}"; do
-      if [ -f "$DATA/node$n.pid" ]; then
-        kill -HUP "$(cat "$DATA/node$n.pid")" && echo "node $n reloading"
+      pid=$(node_pid "$n")
+      if [ -n "$pid" ]; then
+        kill -HUP "$pid" && echo "node $n reloading"
+      else
+        echo "node $n is not running"
       fi
     done ;;
   wait-ready) ctl wait-ready --timeout-ms 60000 ;;

@@ -21,6 +21,7 @@ fn ledgerctl_blocking(args: &[&str]) -> Output {
         .args(args)
         .env_remove("LEDGER_ENDPOINTS")
         .env_remove("LEDGER_API_KEY")
+        .env_remove("LEDGER_API_KEY_FILE")
         .output()
         .expect("ledgerctl runs")
 }
@@ -333,6 +334,40 @@ async fn export_prints_one_json_line_per_record_across_pages() {
     assert!(succeeded(&out).is_empty());
     assert_owner_only(&file);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A key read from a file (its first line) authenticates as the key itself does, and a
+/// file without one is a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_may_be_read_from_a_file() {
+    let ledger = Ledger::start().await;
+    let dir = std::env::temp_dir().join(format!("ledgerctl-keyfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |key_text: &str, args: &[&str]| {
+        let file = dir.join("key");
+        std::fs::write(&file, key_text).unwrap();
+        let mut argv: Vec<String> = vec![
+            "--endpoints".into(),
+            ledger.addr().into(),
+            "--api-key-file".into(),
+            file.to_str().unwrap().into(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        ledgerctl_blocking(&argv)
+    };
+    let operator = tokio::task::block_in_place(|| run(&format!("{OPERATOR_KEY}\n"), &["status"]));
+    succeeded(&operator);
+    let tenant = tokio::task::block_in_place(|| run(TENANT_KEY, &["status"]));
+    assert!(!tenant.status.success(), "a tenant's key reads no status");
+    let empty = tokio::task::block_in_place(|| run("\n", &["status"]));
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&empty.stderr).contains("no API key"),
+        "{}",
+        String::from_utf8_lossy(&empty.stderr)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

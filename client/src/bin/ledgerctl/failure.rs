@@ -52,7 +52,8 @@ impl Failure {
     pub fn no_api_key() -> Self {
         Failure::hinted(
             "no API key given",
-            "pass --api-key KEY or set $LEDGER_API_KEY (the operator key for cluster commands)",
+            "pass --api-key-file FILE (or set $LEDGER_API_KEY_FILE), or --api-key KEY (or \
+             $LEDGER_API_KEY); the operator key for cluster commands",
         )
     }
 

@@ -110,7 +110,27 @@ fn connect(global: &Global) -> Result<LedgerClient, Failure> {
     if endpoints.is_empty() {
         return Err(Failure::no_endpoints());
     }
-    let api_key = global.api_key.as_deref().ok_or_else(Failure::no_api_key)?;
+    let from_file;
+    let api_key = match (&global.api_key, &global.api_key_file) {
+        (Some(key), _) => key.as_str(),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(format!(
+                    "cannot read the API key from {}: {e}",
+                    path.display()
+                ))
+            })?;
+            from_file = text.lines().next().unwrap_or_default().trim().to_owned();
+            if from_file.is_empty() {
+                return Err(Failure::new(format!(
+                    "{} holds no API key on its first line",
+                    path.display()
+                )));
+            }
+            from_file.as_str()
+        }
+        (None, None) => return Err(Failure::no_api_key()),
+    };
     let tls = match &global.ca_cert {
         Some(ca) => Some(
             TlsOptions::from_files(

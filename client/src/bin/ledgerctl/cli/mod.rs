@@ -53,6 +53,17 @@ pub struct Global {
         value_name = "KEY"
     )]
     pub api_key: Option<String>,
+    /// A file holding the API key (its first line), so the key is not on a command line,
+    /// where `ps` and shell histories show it.
+    #[arg(
+        long,
+        env = "LEDGER_API_KEY_FILE",
+        global = true,
+        hide_env_values = true,
+        value_name = "FILE",
+        conflicts_with = "api_key"
+    )]
+    pub api_key_file: Option<PathBuf>,
     /// How results are printed: aligned tables and `key: value` lines, or one JSON
     /// document per result.
     #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
