@@ -13,7 +13,10 @@
 #
 # Idempotent: an existing CA is kept, and an existing certificate is kept while it is
 # signed by that CA; delete a file to make it again (RENEW=1 makes every leaf again,
-# keeping the CA, for a rotation). Keys are 0600. Configure a node with
+# keeping the CA, for a rotation). Keys are 0600. CA_KEY puts the CA's key elsewhere
+# (default DIR/ca.key): anyone holding it can make certificates every node trusts, so it
+# belongs where no node, tool server or client reads DIR (a CA key found in DIR while
+# CA_KEY names another place is moved there). Configure a node with
 #   [tls]
 #   cert_file = "DIR/node1.pem"
 #   key_file = "DIR/node1.key"
@@ -26,15 +29,20 @@ shift
 NAMES=("$@")
 [ ${#NAMES[@]} -gt 0 ] || NAMES=(node1 node2 node3 client)
 command -v openssl >/dev/null || { echo "gen-certs: openssl is required" >&2; exit 1; }
-mkdir -p "$DIR"
+CA_KEY=${CA_KEY:-$DIR/ca.key}
+mkdir -p "$DIR" "$(dirname "$CA_KEY")"
 umask 077
 
-if [ ! -s "$DIR/ca.pem" ] || [ ! -s "$DIR/ca.key" ]; then
+if [ "$CA_KEY" != "$DIR/ca.key" ] && [ -s "$DIR/ca.key" ] && [ ! -s "$CA_KEY" ]; then
+  mv "$DIR/ca.key" "$CA_KEY"
+  echo "gen-certs: moved the CA key from $DIR to $CA_KEY"
+fi
+if [ ! -s "$DIR/ca.pem" ] || [ ! -s "$CA_KEY" ]; then
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -sha256 \
     -days 3650 -subj "/CN=effect-ledger local CA" \
     -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    -keyout "$DIR/ca.key" -out "$DIR/ca.pem" 2>/dev/null
+    -keyout "$CA_KEY" -out "$DIR/ca.pem" 2>/dev/null
   chmod 644 "$DIR/ca.pem"
   echo "gen-certs: made CA $DIR/ca.pem"
 fi
@@ -67,7 +75,7 @@ EOF
   # reads a half-written pair.
   openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -sha256 \
     -subj "/CN=$name" -keyout "$key.new" -out "$DIR/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$DIR/$name.csr" -CA "$DIR/ca.pem" -CAkey "$DIR/ca.key" \
+  openssl x509 -req -in "$DIR/$name.csr" -CA "$DIR/ca.pem" -CAkey "$CA_KEY" \
     -CAcreateserial -days 730 -sha256 -extfile "$ext" -out "$cert.new" 2>/dev/null
   rm -f "$ext" "$DIR/$name.csr"
   chmod 644 "$cert.new"
