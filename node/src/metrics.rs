@@ -38,6 +38,11 @@ impl Stopwatch {
     }
 }
 
+/// When (Unix time, s) the node's TLS certificate in force stops verifying against its
+/// client CA, as its peers verify it; set at start and at every reload, absent without
+/// TLS.
+pub const TLS_VALID_UNTIL_SECONDS: &str = "ledger_tls_certificate_valid_until_seconds";
+
 /// Seconds a command waits in the leader's proposer queue until its batch is proposed.
 pub const QUEUE_SECONDS: &str = "ledger_proposer_queue_seconds";
 /// Seconds from proposing a batch to its outcomes: the Raft append, replication to a
@@ -233,4 +238,9 @@ pub fn describe() {
     for (name, help) in COUNTERS {
         metrics::describe_counter!(name, Unit::Count, help);
     }
+    metrics::describe_gauge!(
+        TLS_VALID_UNTIL_SECONDS,
+        Unit::Seconds,
+        "Unix time at which this node's TLS certificate stops verifying against its client CA"
+    );
 }

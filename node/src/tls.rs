@@ -47,7 +47,14 @@ struct Loaded {
     server: Arc<rustls::ServerConfig>,
     peer_client: ClientTlsConfig,
     summary: String,
+    /// The last second (Unix time) at which the certificate still verifies against the
+    /// client CA, as its peers verify it: its own expiry or the CA's, whichever is first.
+    valid_until_s: u64,
 }
+
+/// The latest time [`valid_until`] looks at: a certificate still valid then counts as
+/// valid until then.
+const VALID_UNTIL_HORIZON_S: u64 = 100 * 365 * 24 * 60 * 60;
 
 /// The node's TLS material in force, replaced whole at reload.
 pub struct NodeTls {
@@ -60,6 +67,7 @@ impl NodeTls {
     pub fn load(settings: &TlsSettings) -> Result<Self, TlsError> {
         let loaded = Loaded::read(settings)?;
         tracing::info!("TLS on: {}", loaded.summary);
+        record_valid_until(loaded.valid_until_s);
         Ok(NodeTls {
             current: RwLock::new(Arc::new(loaded)),
             generation: AtomicU64::new(0),
@@ -71,6 +79,7 @@ impl NodeTls {
     pub fn reload(&self, settings: &TlsSettings) -> Result<String, TlsError> {
         let loaded = Loaded::read(settings)?;
         let summary = loaded.summary.clone();
+        record_valid_until(loaded.valid_until_s);
         *self.current.write().expect("tls lock") = Arc::new(loaded);
         self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(summary)
@@ -131,6 +140,18 @@ impl Loaded {
         }
         .build()
         .map_err(|e| TlsError(format!("client CA: {e}")))?;
+        // Peers verify this certificate against their client CA, the same file: one that
+        // does not verify now (expired, not yet valid, from another CA) would be refused
+        // by every peer, so it is refused here and the material in force stays.
+        // Certificates are judged by the wall clock, as rustls judges every handshake.
+        let now = rustls::pki_types::UnixTime::now();
+        let valid_until_s = valid_until(verifier.as_ref(), &chain, now).map_err(|e| {
+            TlsError(format!(
+                "{} does not verify against the client CA {} now: {e}",
+                settings.cert_file.display(),
+                settings.client_ca_file.display()
+            ))
+        })?;
         let fingerprint = ledger_core::intent::hex(&Sha256::digest(&chain[0]));
         let mut server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -152,9 +173,10 @@ impl Loaded {
         Endpoint::from_static("https://localhost")
             .tls_config(peer_client.clone())
             .map_err(|e| TlsError(format!("client side of TLS: {e}")))?;
+        let days_left = valid_until_s.saturating_sub(now.as_secs()) / (24 * 60 * 60);
         let summary = format!(
-            "certificate {} (SHA-256 {fingerprint}), key {}, client CA {}, client \
-             certificates {}",
+            "certificate {} (SHA-256 {fingerprint}, valid for {days_left} more days), key {}, \
+             client CA {}, client certificates {}",
             settings.cert_file.display(),
             settings.key_file.display(),
             settings.client_ca_file.display(),
@@ -168,8 +190,45 @@ impl Loaded {
             server: Arc::new(server),
             peer_client,
             summary,
+            valid_until_s,
         })
     }
+}
+
+/// The last second (Unix time) at which `chain` verifies as a client certificate under
+/// `verifier`, searched from `now` up to [`VALID_UNTIL_HORIZON_S`] later (validity is one
+/// interval, so a binary search finds its end); the error when it does not verify now.
+fn valid_until(
+    verifier: &dyn rustls::server::danger::ClientCertVerifier,
+    chain: &[CertificateDer<'static>],
+    now: rustls::pki_types::UnixTime,
+) -> Result<u64, rustls::Error> {
+    let verifies = |s: u64| {
+        verifier.verify_client_cert(
+            &chain[0],
+            &chain[1..],
+            rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(s)),
+        )
+    };
+    let (mut good, mut bad) = (now.as_secs(), now.as_secs() + VALID_UNTIL_HORIZON_S);
+    verifies(good)?;
+    if verifies(bad).is_ok() {
+        return Ok(bad);
+    }
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        if verifies(mid).is_ok() {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Ok(good)
+}
+
+/// Sets the gauge of when the certificate in force stops verifying.
+fn record_valid_until(valid_until_s: u64) {
+    metrics::gauge!(crate::metrics::TLS_VALID_UNTIL_SECONDS).set(valid_until_s as f64);
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {

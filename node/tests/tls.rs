@@ -226,6 +226,31 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
         Some(first.clone())
     );
 
+    // So is an expired one, which every peer would refuse.
+    let expired = ca.leaf("node1", Validity::Expired);
+    Ca::write(&expired, pki.path(), "node1");
+    cluster.hangup(0);
+    wait_until(
+        "the node refuses the expired certificate",
+        10_000,
+        || async {
+            cluster
+                .log(0)
+                .contains("does not verify against the client CA")
+        },
+    )
+    .await;
+    assert_eq!(
+        served_certificate(&addr, &ca.pem).await,
+        Some(first.clone())
+    );
+    // The certificate in force verifies until its not_after (2099-12-31T00:00:00Z).
+    let page = cluster.scrape(0).expect("metrics page");
+    assert!(
+        page.contains("ledger_tls_certificate_valid_until_seconds 4102358400"),
+        "{page}"
+    );
+
     // A new certificate is served to new connections, without a restart.
     let second = ca.leaf("node1", Validity::Current);
     Ca::write(&second, pki.path(), "node1");
