@@ -9,7 +9,8 @@
 //!   (the acknowledged transition was not lost), or, once garbage collection removed the
 //!   record, in its tombstone (a "committed" answer in its final state and receipt digest).
 //! - [`check_grants`]: no fencing token was handed to two different attempts.
-//! - [`check_identical`]: converged replicas hold byte-identical ledger snapshots.
+//! - [`check_identical`]: replicas hold byte-identical ledger snapshots at one index (what
+//!   `Cluster::wait_converged` waits for).
 //! - [`check_provider`]: the provider's ground truth agrees with the ledger: no effect
 //!   executed twice, every committed record (or committed tombstone) carries the
 //!   provider's receipt (or its digest), and (once the workload settled) everything the

@@ -13,8 +13,7 @@ use std::time::Duration;
 use ledger_core::EffectKey;
 
 use crate::check::{
-    check_acks, check_all_committed, check_grants, check_identical, check_provider, check_records,
-    Verdict,
+    check_acks, check_all_committed, check_grants, check_provider, check_records, Verdict,
 };
 use crate::cluster::Cluster;
 use crate::fixtures::{effect_key, ClusterSettings, ToolKind};
@@ -225,10 +224,8 @@ fn judge(
     provider: &Provider,
     settled: bool,
 ) {
-    verdict.add(
-        "replicas are byte-identical after convergence",
-        check_identical(views),
-    );
+    // Byte-identical replicas are what convergence waits for (`check_identical` in
+    // `Cluster::wait_converged`); a run that never converges fails there.
     for view in views {
         let node = view.node;
         verdict.add(

@@ -388,11 +388,7 @@ impl Cluster {
                     )
                 })
                 .collect();
-            let first = &views[0];
-            let same = views
-                .iter()
-                .all(|v| v.applied_index == first.applied_index && v.snapshot == first.snapshot);
-            if same {
+            if crate::check::check_identical(&views).is_empty() {
                 Ok(views)
             } else {
                 Err(format!("(node, applied index, ledger hash): {indexes:?}"))
