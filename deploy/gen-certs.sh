@@ -37,7 +37,7 @@ if [ "$CA_KEY" != "$DIR/ca.key" ] && [ -s "$DIR/ca.key" ] && [ ! -s "$CA_KEY" ];
   mv "$DIR/ca.key" "$CA_KEY"
   echo "gen-certs: moved the CA key from $DIR to $CA_KEY"
 fi
-if [ ! -s "$DIR/ca.pem" ] || [ ! -s "$CA_KEY" ]; then
+if [ ! -s "$DIR/ca.pem" ]; then
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -sha256 \
     -days 3650 -subj "/CN=effect-ledger local CA" \
     -addext "basicConstraints=critical,CA:TRUE" \
@@ -63,6 +63,13 @@ for name in "${NAMES[@]}"; do
   if [ "${RENEW:-0}" != 1 ] && [ -s "$cert" ] && [ -s "$key" ] \
     && openssl verify -CAfile "$DIR/ca.pem" "$cert" >/dev/null 2>&1; then
     continue
+  fi
+  if [ ! -s "$CA_KEY" ]; then
+    # A new CA here would make every peer and client distrust what it signs.
+    echo "gen-certs: $name needs signing, but the key of $DIR/ca.pem is not at $CA_KEY:" \
+      "set CA_KEY to where it is, or remove ca.pem to make a new CA (every certificate" \
+      "then changes)" >&2
+    exit 1
   fi
   ext=$(mktemp)
   cat > "$ext" <<EOF

@@ -324,6 +324,9 @@ async fn export_prints_one_json_line_per_record_across_pages() {
     let dir = std::env::temp_dir().join(format!("ledgerctl-export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("audit.jsonl");
+    // An export over an older, world-readable one is still its owner's alone.
+    std::fs::write(&file, "an older export").unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let file_arg = file.to_str().unwrap();
     let out = ledgerctl(
         &ledger,
@@ -361,6 +364,50 @@ async fn the_api_key_may_be_read_from_a_file() {
     succeeded(&operator);
     let tenant = tokio::task::block_in_place(|| run(TENANT_KEY, &["status"]));
     assert!(!tenant.status.success(), "a tenant's key reads no status");
+    // A flag wins over the environment; two flags are a usage error.
+    let file = dir.join("operator-key");
+    std::fs::write(&file, OPERATOR_KEY).unwrap();
+    let with_env = |env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ledgerctl"));
+        command
+            .env_remove("LEDGER_API_KEY")
+            .env_remove("LEDGER_API_KEY_FILE")
+            .args(["--endpoints", ledger.addr()])
+            .args(args);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        command.output().expect("ledgerctl runs")
+    };
+    let file_arg = file.to_str().unwrap();
+    let flag_over_env = tokio::task::block_in_place(|| {
+        with_env(
+            &[("LEDGER_API_KEY", TENANT_KEY)],
+            &["--api-key-file", file_arg, "status"],
+        )
+    });
+    succeeded(&flag_over_env);
+    let key_flag_over_file_env = tokio::task::block_in_place(|| {
+        with_env(
+            &[("LEDGER_API_KEY_FILE", "/nonexistent")],
+            &["--api-key", OPERATOR_KEY, "status"],
+        )
+    });
+    succeeded(&key_flag_over_file_env);
+    let both = tokio::task::block_in_place(|| {
+        with_env(
+            &[],
+            &[
+                "--api-key",
+                OPERATOR_KEY,
+                "--api-key-file",
+                file_arg,
+                "status",
+            ],
+        )
+    });
+    assert_eq!(both.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("not both"));
     let empty = tokio::task::block_in_place(|| run("\n", &["status"]));
     assert_eq!(empty.status.code(), Some(2));
     assert!(
@@ -510,7 +557,7 @@ async fn snapshot_save_writes_the_ledger_with_its_digest() {
     );
     assert!(!file.exists());
     assert!(
-        !file.with_extension("partial").exists(),
+        !dir.join("ledger.backup.partial").exists(),
         "a failed save leaves no partial file"
     );
     let out = ledgerctl(

@@ -270,6 +270,9 @@ fn answer_claim(rec: &EffectRecord, at: Stamp) -> Answer {
             (ReplayClass::KeyedIdempotent, Some(_)) => {
                 Answer::Final(ClaimOutcome::HorizonPassed(unsettled(rec)))
             }
+            (ReplayClass::KeyedIdempotent, None) if !rec.within_horizon(at.real_ms_max) => {
+                Answer::Final(ClaimOutcome::HorizonPassed(unsettled(rec)))
+            }
             // Not keyed, or keyed with no declared processing bound: nothing says a
             // re-send would reach the provider while it still deduplicates the key.
             _ => Answer::Final(ClaimOutcome::Reconcile(unsettled(rec))),

@@ -381,6 +381,30 @@ fn a_keyed_tool_with_no_declared_processing_bound_reconciles_instead_of_resendin
 }
 
 #[test]
+fn a_keyed_tool_with_no_declared_processing_bound_past_its_horizon_is_told_so() {
+    let mut h = Harness::new();
+    h.operator(CommandBody::PutToolPolicy {
+        tenant: TENANT.into(),
+        tool: ToolName {
+            provider: REFUND.0.into(),
+            name: REFUND.1.into(),
+        },
+        policy: ToolPolicy {
+            processing_ms_max: None,
+            ..policy(ReplayClass::KeyedIdempotent)
+        },
+    });
+    let d = refund("r-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    h.advance(HORIZON_MS);
+    assert!(matches!(
+        h.claim(&d),
+        Outcome::Claim(ClaimOutcome::HorizonPassed(_))
+    ));
+}
+
+#[test]
 fn a_blank_confirmation_confirms_nothing() {
     let mut h = Harness::new();
     let d = message("m-1");

@@ -38,9 +38,9 @@ impl Stopwatch {
     }
 }
 
-/// When (Unix time, s) the node's TLS certificate in force stops verifying against its
-/// client CA, as its peers verify it; set at start and at every reload, absent without
-/// TLS.
+/// When (Unix time, s) the node's TLS certificate in force (or an intermediate in its
+/// file) expires; set at start and at every reload, absent without TLS. The CA's own
+/// dates are not in it: rustls keeps a trust anchor's key and name, not its validity.
 pub const TLS_VALID_UNTIL_SECONDS: &str = "ledger_tls_certificate_valid_until_seconds";
 
 /// Seconds a command waits in the leader's proposer queue until its batch is proposed.
@@ -241,6 +241,6 @@ pub fn describe() {
     metrics::describe_gauge!(
         TLS_VALID_UNTIL_SECONDS,
         Unit::Seconds,
-        "Unix time at which this node's TLS certificate stops verifying against its client CA"
+        "Unix time at which this node's TLS certificate (or an intermediate in its file) expires"
     );
 }

@@ -47,9 +47,10 @@ struct Loaded {
     server: Arc<rustls::ServerConfig>,
     peer_client: ClientTlsConfig,
     summary: String,
-    /// The last second (Unix time) at which the certificate still verifies against the
-    /// client CA, as its peers verify it: its own expiry or the CA's, whichever is first.
-    valid_until_s: u64,
+    /// The last second (Unix time) at which the certificate (and any intermediate in its
+    /// file) is still valid; `None` when it does not verify against the client CA for
+    /// another reason than its dates.
+    valid_until_s: Option<u64>,
 }
 
 /// The latest time [`valid_until`] looks at: a certificate still valid then counts as
@@ -140,18 +141,31 @@ impl Loaded {
         }
         .build()
         .map_err(|e| TlsError(format!("client CA: {e}")))?;
-        // Peers verify this certificate against their client CA, the same file: one that
-        // does not verify now (expired, not yet valid, from another CA) would be refused
-        // by every peer, so it is refused here and the material in force stays.
+        // Peers verify this certificate against their client CA, the same file. One
+        // outside its dates now (expired, not yet valid) would be refused by every peer and
+        // every client, so it is refused here and the material in force stays. One that
+        // fails for another reason (no clientAuth usage, another CA) still serves callers
+        // and may be meant to (a single node); peers would refuse it, which is said.
         // Certificates are judged by the wall clock, as rustls judges every handshake.
         let now = rustls::pki_types::UnixTime::now();
-        let valid_until_s = valid_until(verifier.as_ref(), &chain, now).map_err(|e| {
-            TlsError(format!(
-                "{} does not verify against the client CA {} now: {e}",
-                settings.cert_file.display(),
-                settings.client_ca_file.display()
-            ))
-        })?;
+        let valid_until_s = match valid_until(verifier.as_ref(), &chain, now) {
+            Ok(s) => Some(s),
+            Err(e) if outside_its_dates(&e) => {
+                return Err(TlsError(format!(
+                    "{} is not valid now: {e}",
+                    settings.cert_file.display()
+                )))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{} does not verify against the client CA {} as a client certificate \
+                     ({e}): peers that check it against that CA will refuse it",
+                    settings.cert_file.display(),
+                    settings.client_ca_file.display()
+                );
+                None
+            }
+        };
         let fingerprint = ledger_core::intent::hex(&Sha256::digest(&chain[0]));
         let mut server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -173,10 +187,13 @@ impl Loaded {
         Endpoint::from_static("https://localhost")
             .tls_config(peer_client.clone())
             .map_err(|e| TlsError(format!("client side of TLS: {e}")))?;
-        let days_left = valid_until_s.saturating_sub(now.as_secs()) / (24 * 60 * 60);
+        let validity = valid_until_s.map_or("not verified".into(), |s| {
+            let days = s.saturating_sub(now.as_secs()) / (24 * 60 * 60);
+            format!("valid for {days} more days")
+        });
         let summary = format!(
-            "certificate {} (SHA-256 {fingerprint}, valid for {days_left} more days), key {}, \
-             client CA {}, client certificates {}",
+            "certificate {} (SHA-256 {fingerprint}, {validity}), key {}, client CA {}, client \
+             certificates {}",
             settings.cert_file.display(),
             settings.key_file.display(),
             settings.client_ca_file.display(),
@@ -226,9 +243,23 @@ fn valid_until(
     Ok(good)
 }
 
-/// Sets the gauge of when the certificate in force stops verifying.
-fn record_valid_until(valid_until_s: u64) {
-    metrics::gauge!(crate::metrics::TLS_VALID_UNTIL_SECONDS).set(valid_until_s as f64);
+/// Whether `e` refuses a certificate for its dates: expired or not yet valid.
+fn outside_its_dates(e: &rustls::Error) -> bool {
+    use rustls::CertificateError::{Expired, ExpiredContext, NotValidYet, NotValidYetContext};
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(
+            Expired | ExpiredContext { .. } | NotValidYet | NotValidYetContext { .. }
+        )
+    )
+}
+
+/// Sets the gauge of when the certificate in force stops being valid (left as it was
+/// when that is not known).
+fn record_valid_until(valid_until_s: Option<u64>) {
+    if let Some(s) = valid_until_s {
+        metrics::gauge!(crate::metrics::TLS_VALID_UNTIL_SECONDS).set(s as f64);
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {

@@ -76,9 +76,9 @@
 //!   randomized schedule injects, driven directly. A follower loses power again and again
 //!   under load, each time with its last unsynced write possibly torn, and restarts and
 //!   catches up every time, until at least two power failures have torn a write (the
-//!   run fails if they have not within its rounds); then a follower's synced log (or vote) has a bit flipped while
-//!   it is down, and it must refuse to start with the damage named while the other two
-//!   keep serving and every checker holds on them.
+//!   run fails if they have not within its rounds); then a follower's synced log (or
+//!   vote) has a bit flipped while it is down, and it must refuse to start with the
+//!   damage named while the other two keep serving and every checker holds on them.
 //! - `checker_takes_a_grants_real_time_from_its_horizon` (seeds 8399 and 9751, the first
 //!   10,000-seed sweep on the disk store): a harness bug. After an outage ledger time
 //!   lagged the simulator's clock by about 2 s, and the leader, knowing real time to be

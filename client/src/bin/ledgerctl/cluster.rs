@@ -374,7 +374,10 @@ fn print_membership(
 /// by its owner only) and renamed once whole, so FILE is never a partial backup; a save
 /// that fails removes the temporary file.
 pub async fn save(client: &LedgerClient, file: &std::path::Path, format: Format) -> CliResult {
-    let partial = file.with_extension("partial");
+    // FILE's whole name and `.partial`, so that saves to `b.1` and `b.2` never share one.
+    let mut partial = file.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
     let failed =
         |e: std::io::Error| Failure::new(format!("cannot write {}: {e}", partial.display()));
     let out = crate::output::create_private(&partial).map_err(failed)?;

@@ -36,7 +36,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, FromArgMatches};
 
 use ledger_client::{LedgerClient, OverloadPolicy, RetryPolicy, TlsOptions};
 use ledger_core::EffectKey;
@@ -45,7 +45,11 @@ use cli::{Cli, Command, Global, Shell, Snapshot, Voters};
 use failure::{CliResult, Exit, Failure};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let on_command_line =
+        |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    cli.global.key_flags = (on_command_line("api_key"), on_command_line("api_key_file"));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -100,6 +104,40 @@ async fn run(cli: Cli) -> CliResult {
 }
 
 /// A client of the global options' endpoints with their key.
+/// The API key: from `--api-key` or `--api-key-file`, a flag on the command line winning
+/// over a variable in the environment; two of the same kind are a usage error.
+fn api_key(global: &Global) -> Result<String, Failure> {
+    let (key_flag, file_flag) = global.key_flags;
+    let file = match (&global.api_key, &global.api_key_file) {
+        (None, None) => return Err(Failure::no_api_key()),
+        (Some(key), None) => return Ok(key.clone()),
+        (None, Some(path)) => path,
+        (Some(_), Some(_)) if key_flag == file_flag => {
+            return Err(Failure::new(if key_flag {
+                "give --api-key or --api-key-file, not both"
+            } else {
+                "LEDGER_API_KEY and LEDGER_API_KEY_FILE are both set: unset one"
+            }))
+        }
+        (Some(key), Some(_)) if key_flag => return Ok(key.clone()),
+        (Some(_), Some(path)) => path,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        Failure::new(format!(
+            "cannot read the API key from {}: {e}",
+            file.display()
+        ))
+    })?;
+    let key = text.lines().next().unwrap_or_default().trim().to_owned();
+    if key.is_empty() {
+        return Err(Failure::new(format!(
+            "{} holds no API key on its first line",
+            file.display()
+        )));
+    }
+    Ok(key)
+}
+
 fn connect(global: &Global) -> Result<LedgerClient, Failure> {
     let endpoints: Vec<String> = global
         .endpoints
@@ -110,27 +148,8 @@ fn connect(global: &Global) -> Result<LedgerClient, Failure> {
     if endpoints.is_empty() {
         return Err(Failure::no_endpoints());
     }
-    let from_file;
-    let api_key = match (&global.api_key, &global.api_key_file) {
-        (Some(key), _) => key.as_str(),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                Failure::new(format!(
-                    "cannot read the API key from {}: {e}",
-                    path.display()
-                ))
-            })?;
-            from_file = text.lines().next().unwrap_or_default().trim().to_owned();
-            if from_file.is_empty() {
-                return Err(Failure::new(format!(
-                    "{} holds no API key on its first line",
-                    path.display()
-                )));
-            }
-            from_file.as_str()
-        }
-        (None, None) => return Err(Failure::no_api_key()),
-    };
+    let api_key = api_key(global)?;
+    let api_key = api_key.as_str();
     let tls = match &global.ca_cert {
         Some(ca) => Some(
             TlsOptions::from_files(

@@ -18,14 +18,17 @@ macro_rules! say {
 }
 pub(crate) use say;
 
-/// Creates (or truncates) `path` readable and writable by its owner only: backups and
-/// exports hold every record, receipts and intents included.
+/// Creates (or truncates) `path` readable and writable by its owner only, an existing
+/// file included: backups and exports hold every record, receipts and intents included.
 pub fn create_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
+    let file = options.open(path)?;
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(file)
 }
 
 /// Writes `text` to standard output; exits quietly when the reader has gone away.

@@ -54,16 +54,20 @@ pub struct Global {
     )]
     pub api_key: Option<String>,
     /// A file holding the API key (its first line), so the key is not on a command line,
-    /// where `ps` and shell histories show it.
+    /// where `ps` and shell histories show it. A key given on the command line, either
+    /// way, wins over one from the environment.
     #[arg(
         long,
         env = "LEDGER_API_KEY_FILE",
         global = true,
         hide_env_values = true,
-        value_name = "FILE",
-        conflicts_with = "api_key"
+        value_name = "FILE"
     )]
     pub api_key_file: Option<PathBuf>,
+    /// Whether `api_key` and `api_key_file` were given on the command line (set from the
+    /// parse, not an option).
+    #[arg(skip)]
+    pub key_flags: (bool, bool),
     /// How results are printed: aligned tables and `key: value` lines, or one JSON
     /// document per result.
     #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
