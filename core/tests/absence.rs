@@ -121,17 +121,14 @@ fn not_found_reported_late_is_judged_by_its_grant() {
 #[test]
 fn not_found_without_declared_bound_never_proves_absence() {
     let mut h = Harness::new();
-    h.operator(CommandBody::PutToolPolicy {
-        tenant: TENANT.into(),
-        tool: ToolName {
-            provider: TICKET.0.into(),
-            name: TICKET.1.into(),
-        },
-        policy: ToolPolicy {
+    h.put_policy(
+        TENANT,
+        TICKET,
+        ToolPolicy {
             processing_ms_max: None,
             ..policy(ReplayClass::UnkeyedCreate)
         },
-    });
+    );
     let d = ticket("t-1");
     unknown_ticket(&mut h, &d);
     assert_eq!(h.record(&d).absence_provable_at_ms(), None);

@@ -340,17 +340,14 @@ fn a_keyed_tool_with_no_declared_processing_bound_reconciles_instead_of_resendin
     // Without the bound nothing says when a re-send would reach the provider, so none is
     // covered by the horizon, however early: the unknown outcome is looked up first.
     let mut h = Harness::new();
-    h.operator(CommandBody::PutToolPolicy {
-        tenant: TENANT.into(),
-        tool: ToolName {
-            provider: REFUND.0.into(),
-            name: REFUND.1.into(),
-        },
-        policy: ToolPolicy {
+    h.put_policy(
+        TENANT,
+        REFUND,
+        ToolPolicy {
             processing_ms_max: None,
             ..policy(ReplayClass::KeyedIdempotent)
         },
-    });
+    );
     let d = refund("r-1");
     let g1 = h.proceed(&d);
     assert!(
@@ -383,17 +380,14 @@ fn a_keyed_tool_with_no_declared_processing_bound_reconciles_instead_of_resendin
 #[test]
 fn a_keyed_tool_with_no_declared_processing_bound_past_its_horizon_is_told_so() {
     let mut h = Harness::new();
-    h.operator(CommandBody::PutToolPolicy {
-        tenant: TENANT.into(),
-        tool: ToolName {
-            provider: REFUND.0.into(),
-            name: REFUND.1.into(),
-        },
-        policy: ToolPolicy {
+    h.put_policy(
+        TENANT,
+        REFUND,
+        ToolPolicy {
             processing_ms_max: None,
             ..policy(ReplayClass::KeyedIdempotent)
         },
-    });
+    );
     let d = refund("r-1");
     let g = h.proceed(&d);
     h.unknown(&d, g.fencing_token);

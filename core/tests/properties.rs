@@ -136,17 +136,14 @@ impl Run {
         });
         // The ticket provider declares no processing bound: its look-ups never prove
         // absence, so its unknown effects settle only by a fact or a person.
-        h.operator(CommandBody::PutToolPolicy {
-            tenant: TENANT.into(),
-            tool: ToolName {
-                provider: TICKET.0.into(),
-                name: TICKET.1.into(),
-            },
-            policy: ToolPolicy {
+        h.put_policy(
+            TENANT,
+            TICKET,
+            ToolPolicy {
                 processing_ms_max: None,
                 ..policy(ReplayClass::UnkeyedCreate)
             },
-        });
+        );
         Run {
             h,
             sent: Vec::new(),

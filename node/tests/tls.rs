@@ -216,11 +216,7 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
 
     // An invalid file is refused at SIGHUP and the certificate in force stays.
     std::fs::write(pki.path().join("node1.pem"), "not a certificate").expect("write");
-    cluster.hangup(0);
-    wait_until("the node refuses the bad file", 10_000, || async {
-        cluster.log(0).contains("reload refused")
-    })
-    .await;
+    reload_and_wait_for_log(&cluster, "reload refused").await;
     assert_eq!(
         served_certificate(&addr, &ca.pem).await,
         Some(first.clone())
@@ -229,13 +225,7 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
     // So is an expired one, which every peer would refuse.
     let expired = ca.leaf("node1", Validity::Expired);
     Ca::write(&expired, pki.path(), "node1");
-    cluster.hangup(0);
-    wait_until(
-        "the node refuses the expired certificate",
-        10_000,
-        || async { cluster.log(0).contains("is not valid now") },
-    )
-    .await;
+    reload_and_wait_for_log(&cluster, "is not valid now").await;
     assert_eq!(
         served_certificate(&addr, &ca.pem).await,
         Some(first.clone())
@@ -252,15 +242,9 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
     let other_ca = Ca::new("another CA");
     let foreign = other_ca.leaf("node1", Validity::Current);
     Ca::write(&foreign, pki.path(), "node1");
-    cluster.hangup(0);
-    wait_until(
-        "the node warns about the foreign certificate",
-        10_000,
-        || async {
-            cluster
-                .log(0)
-                .contains("peers that check it against that CA will refuse it")
-        },
+    reload_and_wait_for_log(
+        &cluster,
+        "peers that check it against that CA will refuse it",
     )
     .await;
     wait_until(
@@ -277,6 +261,15 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
     cluster.hangup(0);
     wait_until("the node serves the new certificate", 10_000, || async {
         served_certificate(&addr, &ca.pem).await.as_ref() == Some(&second.der)
+    })
+    .await;
+}
+
+/// Sends the first node SIGHUP and waits until its log holds `text`.
+async fn reload_and_wait_for_log(cluster: &ProcessCluster, text: &str) {
+    cluster.hangup(0);
+    wait_until(&format!("the node logs {text:?}"), 10_000, || async {
+        cluster.log(0).contains(text)
     })
     .await;
 }

@@ -182,21 +182,8 @@ impl ForgetfulProvider {
 }
 
 async fn scenario() -> RunOutcome {
-    let run = Run::begin(ClusterSettings::new(3)).await;
-    let cluster = run.cluster.clone();
-    let refund = Refund::cold();
-    refund.configure(&run).await;
-    let client = cluster.client(cluster.endpoints(), TENANT_KEY);
-    let mut provider = ForgetfulProvider {
-        provider: run.provider.clone(),
-        first_seen_ms: None,
-    };
-    let key = refund.key();
-
-    // The first tool server sends the refund; its answer is lost.
-    let first = cluster.client_node("tool-server-a");
-    let (grant, receipt) =
-        send_and_lose_the_answer(&run, &refund, &first, &client, &mut provider).await;
+    let mut lost = LostAnswer::begin(Refund::cold()).await;
+    let (run, cluster) = (&lost.run, lost.run.cluster.clone());
 
     // Every node goes down for longer than the horizon; their clocks come back slow.
     let ids = cluster.ids();
@@ -216,14 +203,14 @@ async fn scenario() -> RunOutcome {
 
     // Another instance retries the refund.
     let second = cluster.client_node("tool-server-b");
-    match claim(&second, &client, &refund, "b").await {
+    match claim(&second, &lost.client, &lost.refund, "b").await {
         ClaimOutcome::HorizonPassed(unsettled) => {
             assert_eq!(unsettled.dispatches, 1);
             run.trace.note("the retry was told the horizon has passed");
         }
         ClaimOutcome::Proceed(resend) => {
             // A tool server re-sends on a grant; the provider may have forgotten the key.
-            provider.send(&resend.provider_key);
+            lost.provider.send(&resend.provider_key);
             run.trace.note(format!(
                 "a re-send was granted (stamped {} ms, real time {} ms)",
                 resend.granted_at_ms,
@@ -232,96 +219,117 @@ async fn scenario() -> RunOutcome {
         }
         other => panic!("the retry answered {other:?}"),
     }
-    let executions = run.provider.effects()[&grant.provider_key].executions;
-    assert_eq!(
-        executions, 1,
-        "the provider refunded {executions} times: a keyed re-send reached it after its \
-         horizon"
-    );
-
-    reconcile(&run, &second, &client, &refund, &grant.provider_key).await;
+    lost.assert_refunded_once("a keyed re-send reached it after its horizon");
+    lost.reconcile(&second).await;
     for id in &ids {
         cluster.correct_clock(*id);
     }
-    let outcome = run.verify(&[], std::slice::from_ref(&key), true).await;
-    let record = &outcome.views[0].records[&key];
-    assert_eq!(record.receipt.as_deref(), Some(receipt.as_str()));
-    outcome.outcome
+    lost.verify().await
 }
 
 async fn unbounded_scenario() -> RunOutcome {
-    let run = Run::begin(ClusterSettings::new(3)).await;
-    let cluster = run.cluster.clone();
-    let refund = Refund::unbounded();
-    refund.configure(&run).await;
-    let client = cluster.client(cluster.endpoints(), TENANT_KEY);
-    let mut provider = ForgetfulProvider {
-        provider: run.provider.clone(),
-        first_seen_ms: None,
-    };
-    let key = refund.key();
-    let first = cluster.client_node("tool-server-a");
-    let (grant, receipt) =
-        send_and_lose_the_answer(&run, &refund, &first, &client, &mut provider).await;
-
+    let mut lost = LostAnswer::begin(Refund::unbounded()).await;
     tokio::time::sleep(RETRY_AFTER).await;
-    let second = cluster.client_node("tool-server-b");
-    match claim(&second, &client, &refund, "b").await {
+    let second = lost.run.cluster.client_node("tool-server-b");
+    match claim(&second, &lost.client, &lost.refund, "b").await {
         ClaimOutcome::Reconcile(unsettled) => {
             assert_eq!(unsettled.dispatches, 1);
-            run.trace.note("the retry was told to reconcile");
+            lost.run.trace.note("the retry was told to reconcile");
         }
         ClaimOutcome::Proceed(resend) => {
             // The re-send is on its way longer than the policy says nothing about.
             tokio::time::sleep(SLOW_TRANSIT).await;
-            provider.send(&resend.provider_key);
-            run.trace.note(format!(
+            lost.provider.send(&resend.provider_key);
+            lost.run.trace.note(format!(
                 "a re-send was granted; it reached the provider at real time {} ms",
                 wall_clock_ms()
             ));
         }
         other => panic!("the retry answered {other:?}"),
     }
-    let executions = run.provider.effects()[&grant.provider_key].executions;
-    assert_eq!(
-        executions, 1,
-        "the provider refunded {executions} times: a re-send with no declared processing \
-         bound reached it after its horizon"
+    lost.assert_refunded_once(
+        "a re-send with no declared processing bound reached it after its horizon",
     );
-
-    reconcile(&run, &second, &client, &refund, &grant.provider_key).await;
-    let outcome = run.verify(&[], std::slice::from_ref(&key), true).await;
-    let record = &outcome.views[0].records[&key];
-    assert_eq!(record.receipt.as_deref(), Some(receipt.as_str()));
-    outcome.outcome
+    lost.reconcile(&second).await;
+    lost.verify().await
 }
 
-/// The first tool server claims `refund` and sends it; the provider takes it in and its
-/// answer is lost (reported unknown). Returns the grant and the provider's receipt.
-async fn send_and_lose_the_answer(
-    run: &Run,
-    refund: &Refund,
-    first: &ClientNode,
-    client: &LedgerClient,
-    provider: &mut ForgetfulProvider,
-) -> (Grant, String) {
-    let grant = match claim(first, client, refund, "a").await {
-        ClaimOutcome::Proceed(grant) => grant,
-        other => panic!("the first claim answered {other:?}"),
-    };
-    let receipt = provider.send(&grant.provider_key);
-    let lost = Report::Unknown {
-        reason: "the provider's answer was lost".into(),
-    };
-    let (key, token) = (refund.key(), grant.fencing_token);
-    let (state, _) = on(first, client, "report-a", move |c| {
-        let (key, lost) = (key.clone(), lost.clone());
-        async move { c.report("cold-report-a", key, token, lost).await }
-    })
-    .await;
-    assert_eq!(state, EffectState::UnknownAfterDispatch);
-    run.trace.note("refund sent; its answer was lost");
-    (grant, receipt)
+/// A run in which the first tool server sent a refund and lost the answer: what the
+/// scenarios retry from.
+struct LostAnswer {
+    run: Run,
+    refund: Refund,
+    client: LedgerClient,
+    provider: ForgetfulProvider,
+    /// The first tool server's grant.
+    grant: Grant,
+    /// What the provider answered it.
+    receipt: String,
+}
+
+impl LostAnswer {
+    /// Starts a 3-node cluster with `refund`'s tool; the first tool server claims the
+    /// refund and sends it, the provider takes it in, and its answer is lost (reported
+    /// unknown).
+    async fn begin(refund: Refund) -> Self {
+        let run = Run::begin(ClusterSettings::new(3)).await;
+        refund.configure(&run).await;
+        let client = run.cluster.client(run.cluster.endpoints(), TENANT_KEY);
+        let mut provider = ForgetfulProvider {
+            provider: run.provider.clone(),
+            first_seen_ms: None,
+        };
+        let first = run.cluster.client_node("tool-server-a");
+        let grant = match claim(&first, &client, &refund, "a").await {
+            ClaimOutcome::Proceed(grant) => grant,
+            other => panic!("the first claim answered {other:?}"),
+        };
+        let receipt = provider.send(&grant.provider_key);
+        let lost = Report::Unknown {
+            reason: "the provider's answer was lost".into(),
+        };
+        let (key, token) = (refund.key(), grant.fencing_token);
+        let (state, _) = on(&first, &client, "report-a", move |c| {
+            let (key, lost) = (key.clone(), lost.clone());
+            async move { c.report("cold-report-a", key, token, lost).await }
+        })
+        .await;
+        assert_eq!(state, EffectState::UnknownAfterDispatch);
+        run.trace.note("refund sent; its answer was lost");
+        LostAnswer {
+            run,
+            refund,
+            client,
+            provider,
+            grant,
+            receipt,
+        }
+    }
+
+    /// Asserts that the provider executed the refund once; `otherwise` says what a second
+    /// execution would mean.
+    fn assert_refunded_once(&self, otherwise: &str) {
+        let executions = self.run.provider.effects()[&self.grant.provider_key].executions;
+        assert_eq!(
+            executions, 1,
+            "the provider refunded {executions} times: {otherwise}"
+        );
+    }
+
+    /// Settles the unknown refund from `machine` by looking at the provider.
+    async fn reconcile(&self, machine: &ClientNode) {
+        let provider_key = &self.grant.provider_key;
+        reconcile(&self.run, machine, &self.client, &self.refund, provider_key).await;
+    }
+
+    /// Verifies the run: the record holds the receipt the provider gave the first send.
+    async fn verify(self) -> RunOutcome {
+        let key = self.refund.key();
+        let outcome = self.run.verify(&[], std::slice::from_ref(&key), true).await;
+        let record = &outcome.views[0].records[&key];
+        assert_eq!(record.receipt.as_deref(), Some(self.receipt.as_str()));
+        outcome.outcome
+    }
 }
 
 /// Claims `refund` from `machine` as holder `tool-server-{who}`.

@@ -77,18 +77,23 @@ impl Harness {
                 (DEPLOY, ReplayClass::LongRunningJob),
                 (ORDER, ReplayClass::ReadOnly),
             ] {
-                let out = h.operator(CommandBody::PutToolPolicy {
-                    tenant: tenant.into(),
-                    tool: ToolName {
-                        provider: tool.0.into(),
-                        name: tool.1.into(),
-                    },
-                    policy: policy(class),
-                });
-                assert_eq!(out, Outcome::Configured);
+                h.put_policy(tenant, tool, policy(class));
             }
         }
         h
+    }
+
+    /// Stores `policy` for `tool` (`provider/name`) of `tenant`, as the operator.
+    pub fn put_policy(&mut self, tenant: &str, tool: (&str, &str), policy: ToolPolicy) {
+        let out = self.operator(CommandBody::PutToolPolicy {
+            tenant: tenant.into(),
+            tool: ToolName {
+                provider: tool.0.into(),
+                name: tool.1.into(),
+            },
+            policy,
+        });
+        assert_eq!(out, Outcome::Configured);
     }
 
     pub fn next_id(&mut self) -> String {

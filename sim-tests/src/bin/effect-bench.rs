@@ -25,6 +25,7 @@ fn main() {
 
 #[cfg(madsim)]
 mod cli {
+    use std::collections::BTreeMap;
     use std::path::PathBuf;
     use std::process::ExitCode;
     use std::time::Instant;
@@ -33,7 +34,7 @@ mod cli {
 
     use ledger_sim_tests::actors::Strategy;
     use ledger_sim_tests::bench::driver::{machine, run_all};
-    use ledger_sim_tests::bench::metrics::summarise;
+    use ledger_sim_tests::bench::metrics::{summarise, EffectResult};
     use ledger_sim_tests::bench::report::{self, Provenance};
     use ledger_sim_tests::bench::{opcount, run_seed};
 
@@ -140,7 +141,7 @@ mod cli {
             eprintln!("effect-bench: writing {}: {e}", args.out.display());
             return ExitCode::FAILURE;
         }
-        let unsafe_runs = unsafe_ledger_runs(&results, &args);
+        let unsafe_runs = unsafe_ledger_runs(&results);
         if !unsafe_runs.is_empty() {
             eprintln!(
                 "the ledger applied an effect twice or suppressed an intended one in {} runs; \
@@ -155,31 +156,25 @@ mod cli {
 
     /// The replay commands of the ledger's runs (seed and strategy) that applied an effect
     /// twice or suppressed an intended one.
-    fn unsafe_ledger_runs(
-        results: &[ledger_sim_tests::bench::metrics::EffectResult],
-        args: &Args,
-    ) -> Vec<String> {
+    fn unsafe_ledger_runs(results: &[EffectResult]) -> Vec<String> {
+        let mut by_run: BTreeMap<(u64, Strategy), Vec<&EffectResult>> = BTreeMap::new();
+        for r in results
+            .iter()
+            .filter(|r| matches!(r.strategy, Strategy::Ledger(_)))
+        {
+            by_run.entry((r.seed, r.strategy)).or_default().push(r);
+        }
         let mut runs = Vec::new();
-        for seed in args.start..args.start + args.seeds {
-            for strategy in args
-                .strategies
-                .iter()
-                .filter(|s| matches!(s, Strategy::Ledger(_)))
-            {
-                let summary = summarise(
-                    results
-                        .iter()
-                        .filter(|r| r.seed == seed && r.strategy == *strategy),
+        for ((seed, strategy), run) in by_run {
+            let summary = summarise(run);
+            if summary.extra_applications > 0 || summary.false_dedup > 0 {
+                eprintln!(
+                    "seed={seed} strategy={}: {} extra applications, {} suppressed",
+                    strategy.name(),
+                    summary.extra_applications,
+                    summary.false_dedup
                 );
-                if summary.extra_applications > 0 || summary.false_dedup > 0 {
-                    eprintln!(
-                        "seed={seed} strategy={}: {} extra applications, {} suppressed",
-                        strategy.name(),
-                        summary.extra_applications,
-                        summary.false_dedup
-                    );
-                    runs.push(replay(seed, *strategy));
-                }
+                runs.push(replay(seed, strategy));
             }
         }
         runs
