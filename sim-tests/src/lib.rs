@@ -14,13 +14,15 @@
 //!   isolation, partitions both ways and one way, a wall clock stepped or drifting) and
 //!   membership change.
 //! - [`fixtures`]: addresses, keys, the tenant, tools and node configuration.
-//! - [`workload`]: clients that claim, dispatch, report and reconcile like a tool server.
+//! - [`workload`]: clients that drive the ledger call by call (claim, dispatch, report,
+//!   reconcile, vanish mid-dispatch), recorded for the linearizability checker.
 //! - [`runner`]: tool-server instances built on the client library's `EffectRunner`.
 //! - [`provider`]: the simulated provider of the workload clients, their ground truth.
 //! - [`world`]: providers with strong and weak contracts (keyed within a horizon, append,
 //!   send, create without a key), each keeping its state as the ground truth.
 //! - [`actors`]: agents with retry policies, stateless tool-server instances (the ledger
-//!   through `EffectRunner`, or a baseline strategy), and boundary faults.
+//!   through `EffectRunner`, or a baseline strategy), boundary faults, and the fleet of
+//!   agents a scenario runs beside its workload ([`scenario::Run::start_agents`]).
 //! - [`history`]: every answer clients received (the acknowledged transitions), and the
 //!   operation log; [`linearize`]: the per-effect linearizability checker.
 //! - [`replica`]: one node's applied ledger read directly.

@@ -4,14 +4,19 @@
 //! A scenario creates a [`Run`], starts its workload, injects its faults with bounded
 //! waits for what must follow (a new leader, answers resuming, a replica catching up),
 //! and ends with [`Run::verify`], which waits for all replicas to converge and applies
-//! every checker of [`crate::check`] and [`crate::sampler`].
+//! every checker of [`crate::check`] and [`crate::sampler`]. A scenario that starts
+//! agents on the shipped `EffectRunner` beside its workload ([`Run::start_agents`]) has
+//! them finish and their providers judged in the same verification.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use madsim::rand::{thread_rng, Rng};
+
 use ledger_core::EffectKey;
 
+use crate::actors::fleet::{AgentSpec, Fleet};
 use crate::check::{
     check_acks, check_all_committed, check_grants, check_provider, check_records, Verdict,
 };
@@ -26,6 +31,9 @@ use crate::seeds::RunOutcome;
 use crate::trace::Trace;
 use crate::wait;
 use crate::workload::{ClientPlan, ClientStats};
+
+/// How many agents on `EffectRunner` a named scenario starts beside its workload.
+pub const AGENTS: usize = 3;
 
 /// How long replicas may take to converge once faults are healed.
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -42,6 +50,7 @@ pub struct Run {
     pub trace: Trace,
     sampler: Sampler,
     clock_slack: ClockSlack,
+    fleet: Option<Fleet>,
 }
 
 /// What a run's final verification found, for scenario-specific assertions.
@@ -80,7 +89,27 @@ impl Run {
             trace,
             sampler,
             clock_slack,
+            fleet: None,
         }
+    }
+
+    /// Starts one agent per spec on the shipped `EffectRunner` (see
+    /// [`crate::actors::fleet`]); [`Run::verify`] waits for them and judges their
+    /// providers. `seed` draws the episodes.
+    pub async fn start_agents(&mut self, specs: &[AgentSpec], seed: u64) {
+        assert!(self.fleet.is_none(), "agents are started once per run");
+        self.trace
+            .note(format!("agents on EffectRunner: {specs:?}"));
+        self.fleet = Some(Fleet::start(&self.cluster, specs, seed).await);
+    }
+
+    /// Starts `count` agents drawn from the run's RNG (any boundary fault, provider and
+    /// key mode), as [`Run::start_agents`] does.
+    pub async fn start_drawn_agents(&mut self, count: usize) {
+        let mut rng = thread_rng();
+        let specs = AgentSpec::draw(&mut rng, count);
+        let seed = rng.gen();
+        self.start_agents(&specs, seed).await;
     }
 
     /// The current leader, as all running nodes agree.
@@ -112,14 +141,18 @@ impl Run {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    /// Waits for convergence and checks every property; panics listing all violations.
-    /// `effects` must all be committed when `settled` (the workload finished them).
+    /// Waits for the agents (if any) to finish, then for convergence, and checks every
+    /// property; panics listing all violations. `effects` must all be committed when
+    /// `settled` (the workload finished them).
     pub async fn verify(
         self,
         stats: &[ClientStats],
         effects: &[EffectKey],
         settled: bool,
     ) -> Verified {
+        if let Some(fleet) = &self.fleet {
+            fleet.settle().await;
+        }
         let converged = self.cluster.wait_converged(CONVERGE_TIMEOUT).await;
         let Ok(views) = converged else {
             // Say why, if the samples know: replicas that diverged never converge.
@@ -156,6 +189,9 @@ impl Run {
         let (violations, linearized) =
             check_linearizable(&self.history.ops().ops(), &views[0], self.clock_slack);
         verdict.add("ledger operations are linearizable per effect", violations);
+        if let Some(fleet) = &self.fleet {
+            fleet.check(views[0].records.values(), &mut verdict);
+        }
         let properties = verdict.assert_holds();
         let mut outcome = summarise(&views, &log, &self.history, &self.trace, stats, properties);
         for (name, value) in [
@@ -173,6 +209,9 @@ impl Run {
             linearized.skipped,
             linearized.undecided
         ));
+        if let Some(fleet) = &self.fleet {
+            fleet.tell(&mut outcome);
+        }
         Verified {
             views,
             log,

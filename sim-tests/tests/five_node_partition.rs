@@ -6,7 +6,8 @@
 //! outcome and must apply nothing while cut off, though it may append what it cannot
 //! commit. Then the links are restored and the follower restarts; the minority client's
 //! commands (re-sent with the same command ids) are applied once, and everything
-//! converges and checks out.
+//! converges and checks out, including the providers of the agents that run on the
+//! shipped `EffectRunner` through the same faults (`Run::start_drawn_agents`).
 
 #![cfg(madsim)]
 
@@ -15,7 +16,7 @@ use std::time::Duration;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::{node_addr, ClusterSettings};
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, GIVE_UP_AFTER};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS, GIVE_UP_AFTER};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::sim_elapsed;
 use ledger_sim_tests::workload::{ClientPlan, Workload};
@@ -37,8 +38,9 @@ fn minority_leader_cannot_commit_while_the_majority_does() {
 }
 
 async fn scenario() -> RunOutcome {
-    let run = Run::begin(ClusterSettings::new(5)).await;
+    let mut run = Run::begin(ClusterSettings::new(5)).await;
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let shared = effects("p5", 24);
     let plans = contending_clients(&cluster.endpoints(), 3, &shared);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);

@@ -2,7 +2,9 @@
 //! (killed, its unsynced writes dropped by `SimDisk::power_fail`), stays down while the
 //! other two keep answering, then restarts on what its disk kept and catches up, by log
 //! or, when the leader has compacted past it, by snapshot installation. Afterwards every
-//! answer any client received is present on every node, the restarted followers included.
+//! answer any client received is present on every node, the restarted followers included,
+//! and the agents that ran on the shipped `EffectRunner` through the same failures
+//! (`Run::start_drawn_agents`) had no effect applied beyond its declared multiplicity.
 
 #![cfg(madsim)]
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::workload::Workload;
 use ledger_sim_tests::{sim_elapsed, wait};
@@ -32,8 +34,9 @@ async fn scenario() -> RunOutcome {
     // Compact often, so a follower that was down must usually be sent a snapshot.
     settings.raft.snapshot_after_logs = 20;
     settings.raft.logs_kept_after_snapshot = 4;
-    let run = Run::begin(settings).await;
+    let mut run = Run::begin(settings).await;
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let effects = effects("pf", 30);
     let plans = contending_clients(&cluster.endpoints(), 3, &effects);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);

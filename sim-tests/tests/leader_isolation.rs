@@ -3,7 +3,9 @@
 //! and clients' answers resume through it; the old leader, alone, applies nothing. Then
 //! the old leader is reconnected and every replica converges to the same ledger, with
 //! every answer clients received present on every node and the provider's ground truth
-//! matching the ledger (no effect executed twice).
+//! matching the ledger (no effect executed twice). Agents on the shipped `EffectRunner`
+//! run through the same cut (`Run::start_drawn_agents`), and no provider applies one of
+//! their effects beyond its declared multiplicity.
 
 #![cfg(madsim)]
 
@@ -12,7 +14,7 @@ use std::time::Duration;
 use madsim::rand::{thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::sim_elapsed;
 use ledger_sim_tests::workload::Workload;
@@ -32,8 +34,9 @@ fn isolated_leader_is_replaced_and_no_acknowledged_transition_is_lost() {
 }
 
 async fn scenario() -> RunOutcome {
-    let run = Run::begin(ClusterSettings::new(3)).await;
+    let mut run = Run::begin(ClusterSettings::new(3)).await;
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let effects = effects("iso", 24);
     let plans = contending_clients(&cluster.endpoints(), 3, &effects);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);

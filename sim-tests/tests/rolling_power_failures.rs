@@ -5,7 +5,9 @@
 //! other two keep answering, restarts on what its disk kept, and catches up before the
 //! next one fails. Finally all three lose power at once. Whatever failed after an answer
 //! was given, that answer must hold on every replica at the end: an answer is only given
-//! once the transition is synced on a majority.
+//! once the transition is synced on a majority. Agents on the shipped `EffectRunner` run
+//! through the same failures (`Run::start_drawn_agents`), and no provider applies one of
+//! their effects beyond its declared multiplicity.
 //!
 //! (madsim's buggify is not used for the delays: madsim 0.2.34 draws its 1 to 5 s delay in
 //! `Endpoint::accept1`, which madsim-tonic's server calls in its one serial accept loop,
@@ -20,7 +22,7 @@ use madsim::net::NetSim;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::{sim_elapsed, wait};
 
@@ -43,13 +45,14 @@ async fn scenario() -> RunOutcome {
     let mut settings = ClusterSettings::new(3);
     settings.raft.snapshot_after_logs = 16;
     settings.raft.logs_kept_after_snapshot = 4;
-    let run = Run::begin(settings).await;
+    let mut run = Run::begin(settings).await;
     NetSim::current().update_config(|net| {
         net.send_latency = Duration::from_millis(1)..Duration::from_millis(60);
         net.packet_loss_rate = 0.04;
     });
     run.trace.note("network made slow and lossy");
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let effects = effects("roll", 30);
     let plans = contending_clients(&cluster.endpoints(), 3, &effects);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);

@@ -11,7 +11,8 @@
 //! - [`faults`]: boundary faults planned per episode, and the supervisor that crashes and
 //!   restarts machines;
 //! - [`toolserver`]: tool-server instances, one per machine and incarnation;
-//! - [`agent`]: the agent and its durable workflow state.
+//! - [`agent`]: the agent and its durable workflow state;
+//! - [`fleet`]: agents on the ledger beside a scenario's cluster, judged at its end.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +22,7 @@ use crate::world::ProviderKind;
 
 pub mod agent;
 pub mod faults;
+pub mod fleet;
 pub mod toolserver;
 
 /// How long an agent waits for a tool server's answer.

@@ -29,19 +29,10 @@ pub mod plan;
 
 use std::time::Duration;
 
-use madsim::rand::{thread_rng, Rng};
-
-use crate::actors::agent::{wait_all_finished, Agent};
-use crate::actors::faults::Supervisor;
-use crate::actors::{Final, Strategy};
-use crate::bench::plan::episode;
-use crate::bench::run::{register_world_tools, Launch};
-use crate::check::Verdict;
 use crate::fixtures::ClusterSettings;
 use crate::scenario::{contending_clients, effects, keys, Run};
 use crate::seeds::{RunOutcome, Scenario};
 use crate::workload::Workload;
-use crate::world::{check_world, World};
 use plan::VoprPlan;
 
 /// The scenario as the seed driver knows it: its fixed seeds and a random batch.
@@ -50,11 +41,6 @@ pub const SCENARIO: Scenario = Scenario {
     test_name: "random_faults_and_workloads_keep_every_invariant",
     default_seeds: &[1, 2, 3, 4, 5, 6, 7, 8],
 };
-
-/// How long the agents may take to finish once the faults are healed.
-const AGENTS_TIMEOUT: Duration = Duration::from_secs(400);
-/// How long the providers must be quiet before their state is final.
-const QUIET: Duration = Duration::from_secs(20);
 
 /// One randomized run.
 pub async fn scenario() -> RunOutcome {
@@ -67,10 +53,10 @@ pub async fn scenario() -> RunOutcome {
     settings.clock_offset_ms_max = plan.clock_offset_ms_max;
     settings.ledger_time_lead_ms_max = plan.ledger_time_lead_ms_max();
     settings.wall_clock_lead_ms_max = plan.wall_clock_lead_ms_max();
-    let run = Run::begin(settings).await;
+    let mut run = Run::begin(settings).await;
     run.trace.note(plan.describe());
     let cluster = run.cluster.clone();
-    register_world_tools(&cluster).await;
+    run.start_agents(&plan.agents, plan.agent_seed).await;
     faults::set_network(plan.background);
 
     let shared = effects("v", plan.effects);
@@ -79,8 +65,6 @@ pub async fn scenario() -> RunOutcome {
         client.vanish_percent = plan.vanish_percent;
     }
     let workload = Workload::start(&cluster, clients, &run.history, &run.provider);
-    let world = World::new(cluster.client_node("providers"));
-    let agents = start_agents(&plan, &cluster, &world);
 
     for (gap_ms, event) in &plan.events {
         tokio::time::sleep(Duration::from_millis(*gap_ms)).await;
@@ -91,31 +75,7 @@ pub async fn scenario() -> RunOutcome {
     run.trace.note("faults over; network clean");
 
     let stats = workload.finish().await;
-    wait_all_finished(&agents.iter().collect::<Vec<_>>(), AGENTS_TIMEOUT).await;
-    world.quiesce(QUIET).await;
-    let reports: Vec<_> = agents.iter().flat_map(Agent::report).collect();
     let mut verified = run.verify(&stats, &keys(&shared), true).await;
-    let mut verdict = Verdict::new();
-    verdict.add(
-        "providers' ground truth: multiplicity, real receipts",
-        check_world(&world, &reports, verified.views[0].records.values(), true),
-    );
-    verdict.assert_holds();
-    let told: Vec<&str> = reports
-        .iter()
-        .map(|(_, p)| match &p.end {
-            Some((Final::Success { .. }, _)) => "done",
-            Some((Final::Failed { .. }, _)) => "failed",
-            Some((
-                Final::Unresolved {
-                    escalation: Some(_),
-                    ..
-                },
-                _,
-            )) => "escalated",
-            _ => "unresolved",
-        })
-        .collect();
     let refused: Vec<u64> = cluster
         .ids()
         .into_iter()
@@ -127,13 +87,11 @@ pub async fn scenario() -> RunOutcome {
             "node {id} refused to start on its damaged disk: {why}"
         ));
     }
-    let mutations = world.mutations().values().map(Vec::len).sum::<usize>();
     let outcome = &mut verified.outcome;
     outcome.summary.push_str(&format!(
-        " nodes={} faults={} agents={} told={told:?} provider_mutations={mutations}",
+        " nodes={} faults={}",
         plan.nodes,
         plan.events.len(),
-        plan.agents.len(),
     ));
     let mut count = |name: String, n: u64| *outcome.metrics.entry(name).or_default() += n;
     count(format!("cluster_{}_nodes", plan.nodes), 1);
@@ -144,36 +102,6 @@ pub async fn scenario() -> RunOutcome {
     for (_, event) in &plan.events {
         count(format!("fault_{}", event.kind_name()), 1);
     }
-    for t in told {
-        count(format!("agent_intent_{t}"), 1);
-    }
-    count("provider_mutations".into(), mutations as u64);
     count("nodes_refused_damaged_disk".into(), refused.len() as u64);
     verified.outcome
-}
-
-/// Starts the plan's agents, each with two tool-server instances, on the ledger.
-fn start_agents(plan: &VoprPlan, cluster: &crate::cluster::Cluster, world: &World) -> Vec<Agent> {
-    let supervisor = Supervisor::start();
-    let endpoints = cluster.endpoints();
-    let machines = |name: &str| cluster.client_node(name);
-    plan.agents
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| {
-            let mut episode = episode(plan.agent_seed, spec.point, spec.kind, &format!("a{i}-"));
-            for intent in &mut episode.intents {
-                intent.slots = spec.slots;
-            }
-            episode.start_ms = thread_rng().gen_range(0..3_000);
-            let launch = Launch {
-                strategy: Strategy::Ledger(spec.key_mode),
-                world,
-                supervisor: &supervisor,
-                endpoints: &endpoints,
-                machines: &machines,
-            };
-            launch.start(&episode).0
-        })
-        .collect()
 }

@@ -7,9 +7,7 @@
 
 use madsim::rand::{thread_rng, Rng};
 
-use crate::actors::KeyMode;
-use crate::bench::plan::FaultPoint;
-use crate::world::ProviderKind;
+use crate::actors::fleet::AgentSpec;
 
 /// Network conditions: loss rate and the range of one-way latency.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -180,19 +178,6 @@ pub const WRONG_CLOCK_HOLD_MS_MAX: u64 = 15_000;
 /// clients' 500 ms).
 pub const CLOCK_SKEW_MS_MAX: u64 = 250;
 
-/// One agent: a benchmark episode (fault point and provider) run on the ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AgentSpec {
-    /// Its boundary faults.
-    pub point: FaultPoint,
-    /// Its provider.
-    pub kind: ProviderKind,
-    /// Where its keys come from.
-    pub key_mode: KeyMode,
-    /// Declared multiplicity of each intent.
-    pub slots: u32,
-}
-
 /// Everything a seed decides.
 #[derive(Debug, Clone)]
 pub struct VoprPlan {
@@ -307,25 +292,8 @@ impl VoprPlan {
         let mut rng = thread_rng();
         let nodes = if rng.gen_bool(0.5) { 3 } else { 5 };
         let spares = u64::from(rng.gen_bool(0.5));
-        let agents = (0..rng.gen_range(2..=5))
-            .map(|_| {
-                let kind = ProviderKind::ALL[rng.gen_range(0..ProviderKind::ALL.len())];
-                AgentSpec {
-                    point: FaultPoint::ALL[rng.gen_range(0..FaultPoint::ALL.len())],
-                    kind,
-                    key_mode: if rng.gen_bool(0.5) {
-                        KeyMode::Explicit
-                    } else {
-                        KeyMode::Derived
-                    },
-                    slots: if kind == ProviderKind::Message {
-                        rng.gen_range(1..=3)
-                    } else {
-                        1
-                    },
-                }
-            })
-            .collect();
+        let count = rng.gen_range(2..=5);
+        let agents = AgentSpec::draw(&mut rng, count);
         let mut budget = Budget {
             spare: spares > 0,
             jumps: 2,
