@@ -14,6 +14,11 @@
 //! the old holder comes back, its report that A committed is taken (a fact is a fact),
 //! its attempt to fail B with its stale token is refused, and its claim on B replays the
 //! receipt instead of winning a grant.
+//!
+//! Agents on the shipped `EffectRunner` run through the same clock jump
+//! (`Run::start_drawn_agents`): their runners' leases, the agents' timeouts and the
+//! providers' horizons all pass at once mid-episode, and no provider applies one of their
+//! effects beyond its declared multiplicity.
 
 #![cfg(madsim)]
 
@@ -25,7 +30,7 @@ use ledger_sim_tests::cluster::Cluster;
 use ledger_sim_tests::fixtures::{declaration, effect_key, ClusterSettings, ToolKind, TENANT_KEY};
 use ledger_sim_tests::history::Answer;
 use ledger_sim_tests::replica::ReplicaView;
-use ledger_sim_tests::scenario::Run;
+use ledger_sim_tests::scenario::{Run, AGENTS};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::wait;
 use ledger_sim_tests::workload::{wall_clock_ms, ClientPlan, Workload};
@@ -123,8 +128,9 @@ fn assert_expired_after_lease(views: &[ReplicaView], key: &EffectKey, grant: &Gr
 }
 
 async fn scenario() -> RunOutcome {
-    let run = Run::begin(ClusterSettings::new(3)).await;
+    let mut run = Run::begin(ClusterSettings::new(3)).await;
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let (key_a, key_b) = (effect_key(EFFECT_A), effect_key(EFFECT_B));
 
     let holder = cluster.client_node(HOLDER);
