@@ -599,3 +599,54 @@ async fn snapshot_save_writes_the_ledger_with_its_digest() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `status` asks every endpoint at once and lists them in the order given, a node that
+/// cannot be reached marked down beside the answers of the others, digests included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_every_endpoint_in_order_with_the_unreachable_down() {
+    let ledger = Ledger::start().await;
+    // Nothing listens on a port the kernel just handed out and took back.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let endpoints = format!("{closed},{},{closed}", ledger.addr());
+    let argv: Vec<String> = [
+        "--endpoints",
+        &endpoints,
+        "--api-key",
+        OPERATOR_KEY,
+        "--output",
+        "json",
+        "status",
+        "--digest",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let out = tokio::task::spawn_blocking(move || {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        ledgerctl_blocking(&argv)
+    })
+    .await
+    .expect("ledgerctl finished");
+    let json: serde_json::Value = serde_json::from_str(&succeeded(&out)).expect("JSON");
+    let nodes = json["nodes"].as_array().expect("a list of nodes");
+    let rows: Vec<(&str, bool)> = nodes
+        .iter()
+        .map(|n| (n["endpoint"].as_str().unwrap(), n["up"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (closed.as_str(), false),
+            (ledger.addr(), true),
+            (closed.as_str(), false)
+        ]
+    );
+    let digest = nodes[1]["state_digest"]
+        .as_str()
+        .expect("the live node's digest");
+    assert_eq!(digest.len(), 64, "a SHA-256 in hex: {digest}");
+    assert!(nodes[0]["error"].as_str().is_some_and(|e| !e.is_empty()));
+}

@@ -105,15 +105,26 @@ impl NodeView {
 }
 
 /// Every endpoint's view, with its state digest when `digest`; fails only when a node
-/// refuses the key.
+/// refuses the key. The nodes are asked at once, so a slow or hung node (a digest reads
+/// the whole ledger) delays the answer by its own time only, not by the sum of all.
 async fn views(client: &LedgerClient, digest: bool) -> Result<Vec<NodeView>, Failure> {
+    let endpoints = client.transport().endpoints().to_vec();
+    let mut asked = tokio::task::JoinSet::new();
+    for i in 0..endpoints.len() {
+        let client = client.clone();
+        asked.spawn(async move {
+            let answer = if digest {
+                client.status_with_digest(i).await
+            } else {
+                client.status_of(i).await
+            };
+            (i, answer)
+        });
+    }
+    let mut answers: Vec<_> = asked.join_all().await;
+    answers.sort_by_key(|(i, _)| *i);
     let mut out = Vec::new();
-    for (i, endpoint) in client.transport().endpoints().iter().enumerate() {
-        let answer = if digest {
-            client.status_with_digest(i).await
-        } else {
-            client.status_of(i).await
-        };
+    for ((_, answer), endpoint) in answers.into_iter().zip(&endpoints) {
         if let Err(e) = &answer {
             if Failure::refused_key(e) {
                 return Err(Failure::from_client("status", e.clone()));
