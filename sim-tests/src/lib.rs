@@ -21,8 +21,8 @@
 //! - [`world`]: providers with strong and weak contracts (keyed within a horizon, append,
 //!   send, create without a key), each keeping its state as the ground truth.
 //! - [`actors`]: agents with retry policies, stateless tool-server instances (the ledger
-//!   through `EffectRunner`, or a baseline strategy), boundary faults, and the fleet of
-//!   agents a scenario runs beside its workload ([`scenario::Run::start_agents`]).
+//!   through `EffectRunner`, or a baseline strategy), and boundary faults; [`fleet`]:
+//!   agents on `EffectRunner` a scenario runs beside its workload, judged at its end.
 //! - [`history`]: every answer clients received (the acknowledged transitions), and the
 //!   operation log; [`linearize`]: the per-effect linearizability checker.
 //! - [`replica`]: one node's applied ledger read directly.
@@ -41,6 +41,7 @@ pub mod bench;
 pub mod check;
 pub mod cluster;
 pub mod fixtures;
+pub mod fleet;
 pub mod history;
 pub mod linearize;
 pub mod provider;

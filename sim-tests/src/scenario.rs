@@ -16,12 +16,12 @@ use madsim::rand::{thread_rng, Rng};
 
 use ledger_core::EffectKey;
 
-use crate::actors::fleet::{AgentSpec, Fleet};
 use crate::check::{
     check_acks, check_all_committed, check_grants, check_provider, check_records, Verdict,
 };
 use crate::cluster::Cluster;
 use crate::fixtures::{effect_key, ClusterSettings, ToolKind};
+use crate::fleet::{AgentSpec, Fleet};
 use crate::history::{Ack, History};
 use crate::linearize::{check_linearizable, ClockSlack, LAG_MS_MAX};
 use crate::provider::Provider;
@@ -34,6 +34,8 @@ use crate::workload::{ClientPlan, ClientStats};
 
 /// How many agents on `EffectRunner` a named scenario starts beside its workload.
 pub const AGENTS: usize = 3;
+/// How long a scenario waits, before its first fault, for an agent to be mid-episode.
+pub const AGENTS_WAIT: Duration = Duration::from_secs(3);
 
 /// How long replicas may take to converge once faults are healed.
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,13 +96,27 @@ impl Run {
     }
 
     /// Starts one agent per spec on the shipped `EffectRunner` (see
-    /// [`crate::actors::fleet`]); [`Run::verify`] waits for them and judges their
+    /// [`crate::fleet`]); [`Run::verify`] waits for them and judges their
     /// providers. `seed` draws the episodes.
     pub async fn start_agents(&mut self, specs: &[AgentSpec], seed: u64) {
         assert!(self.fleet.is_none(), "agents are started once per run");
         self.trace
             .note(format!("agents on EffectRunner: {specs:?}"));
         self.fleet = Some(Fleet::start(&self.cluster, specs, seed).await);
+    }
+
+    /// Waits up to `timeout` until one of the run's agents is mid-episode, then notes in
+    /// the trace how many are: a scenario about to strike calls it so that on most seeds
+    /// its fault meets the runner, not only the workload, and the trace says whether it
+    /// did.
+    pub async fn await_agents(&self, when: &str, timeout: Duration) {
+        let Some(fleet) = &self.fleet else { return };
+        let deadline = tokio::time::Instant::now() + timeout;
+        while fleet.running() == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.trace
+            .note(format!("{} agents mid-episode {when}", fleet.running()));
     }
 
     /// Starts `count` agents drawn from the run's RNG (any boundary fault, provider and

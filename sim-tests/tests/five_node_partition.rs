@@ -16,7 +16,9 @@ use std::time::Duration;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::{node_addr, ClusterSettings};
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS, GIVE_UP_AFTER};
+use ledger_sim_tests::scenario::{
+    contending_clients, effects, keys, Run, AGENTS, AGENTS_WAIT, GIVE_UP_AFTER,
+};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::sim_elapsed;
 use ledger_sim_tests::workload::{ClientPlan, Workload};
@@ -47,6 +49,8 @@ async fn scenario() -> RunOutcome {
 
     let warmup = thread_rng().gen_range(3..20);
     run.answers_since(warmup, Duration::ZERO, None, Duration::from_secs(30))
+        .await;
+    run.await_agents("when the leader is cut off", AGENTS_WAIT)
         .await;
     let old = run.leader(Duration::from_secs(10)).await;
     let followers: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();

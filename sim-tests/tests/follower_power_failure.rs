@@ -13,7 +13,7 @@ use std::time::Duration;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS, AGENTS_WAIT};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::workload::Workload;
 use ledger_sim_tests::{sim_elapsed, wait};
@@ -56,6 +56,7 @@ async fn scenario() -> RunOutcome {
         let jitter_ms = thread_rng().gen_range(0..150);
         tokio::time::sleep(Duration::from_millis(jitter_ms)).await;
         let applied_before = cluster.applied_index(victim).unwrap_or(0);
+        run.await_agents("at the power failure", AGENTS_WAIT).await;
         cluster.power_fail(victim);
         let down_at = sim_elapsed();
         let while_down = thread_rng().gen_range(10..40);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use madsim::rand::{thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS, AGENTS_WAIT};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::sim_elapsed;
 use ledger_sim_tests::workload::Workload;
@@ -43,6 +43,8 @@ async fn scenario() -> RunOutcome {
 
     let warmup = thread_rng().gen_range(3..20);
     run.answers_since(warmup, Duration::ZERO, None, Duration::from_secs(30))
+        .await;
+    run.await_agents("when the leader is cut off", AGENTS_WAIT)
         .await;
     let old = run.leader(Duration::from_secs(10)).await;
     let isolated_at = sim_elapsed();

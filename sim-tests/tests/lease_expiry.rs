@@ -15,10 +15,11 @@
 //! its attempt to fail B with its stale token is refused, and its claim on B replays the
 //! receipt instead of winning a grant.
 //!
-//! Agents on the shipped `EffectRunner` run through the same clock jump
-//! (`Run::start_drawn_agents`): their runners' leases, the agents' timeouts and the
-//! providers' horizons all pass at once mid-episode, and no provider applies one of their
-//! effects beyond its declared multiplicity.
+//! Agents on the shipped `EffectRunner` start beside the holder
+//! (`Run::start_drawn_agents`), and the jump waits up to 3 s for one to be mid-episode
+//! (the trace counts them): for those, their runners' leases, the agents' timeouts and
+//! the providers' horizons pass at once. No provider applies one of their effects beyond
+//! its declared multiplicity.
 
 #![cfg(madsim)]
 
@@ -30,7 +31,7 @@ use ledger_sim_tests::cluster::Cluster;
 use ledger_sim_tests::fixtures::{declaration, effect_key, ClusterSettings, ToolKind, TENANT_KEY};
 use ledger_sim_tests::history::Answer;
 use ledger_sim_tests::replica::ReplicaView;
-use ledger_sim_tests::scenario::{Run, AGENTS};
+use ledger_sim_tests::scenario::{Run, AGENTS, AGENTS_WAIT};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::wait;
 use ledger_sim_tests::workload::{wall_clock_ms, ClientPlan, Workload};
@@ -207,6 +208,7 @@ async fn scenario() -> RunOutcome {
             view.node
         );
     }
+    run.await_agents("at the clock jump", AGENTS_WAIT).await;
     madsim::time::advance(CLOCK_JUMP);
     run.trace
         .note(format!("every clock jumped {CLOCK_JUMP:?} forward"));

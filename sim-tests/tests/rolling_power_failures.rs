@@ -22,7 +22,7 @@ use madsim::net::NetSim;
 use madsim::rand::{seq::SliceRandom, thread_rng, Rng};
 
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS, AGENTS_WAIT};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::{sim_elapsed, wait};
 
@@ -68,6 +68,7 @@ async fn scenario() -> RunOutcome {
             .choose(&mut thread_rng())
             .expect("three nodes");
         let was_leader = cluster.node(victim).is_some_and(|n| n.raft.is_leader());
+        run.await_agents("at the power failure", AGENTS_WAIT).await;
         cluster.power_fail(victim);
         let down_at = sim_elapsed();
         let survivors: Vec<u64> = cluster

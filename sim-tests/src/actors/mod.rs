@@ -11,8 +11,7 @@
 //! - [`faults`]: boundary faults planned per episode, and the supervisor that crashes and
 //!   restarts machines;
 //! - [`toolserver`]: tool-server instances, one per machine and incarnation;
-//! - [`agent`]: the agent and its durable workflow state;
-//! - [`fleet`]: agents on the ledger beside a scenario's cluster, judged at its end.
+//! - [`agent`]: the agent and its durable workflow state.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +21,6 @@ use crate::world::ProviderKind;
 
 pub mod agent;
 pub mod faults;
-pub mod fleet;
 pub mod toolserver;
 
 /// How long an agent waits for a tool server's answer.

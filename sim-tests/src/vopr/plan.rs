@@ -7,7 +7,7 @@
 
 use madsim::rand::{thread_rng, Rng};
 
-use crate::actors::fleet::AgentSpec;
+use crate::fleet::AgentSpec;
 
 /// Network conditions: loss rate and the range of one-way latency.
 #[derive(Debug, Clone, Copy, PartialEq)]

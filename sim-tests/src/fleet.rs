@@ -13,9 +13,9 @@ use madsim::rand::Rng;
 
 use ledger_core::EffectRecord;
 
-use super::agent::{wait_all_finished, Agent, Progress};
-use super::faults::Supervisor;
-use super::{Final, Intent, KeyMode, Strategy};
+use crate::actors::agent::{wait_all_finished, Agent, Progress};
+use crate::actors::faults::Supervisor;
+use crate::actors::{Final, Intent, KeyMode, Strategy};
 use crate::bench::plan::{episode, FaultPoint};
 use crate::bench::run::{register_world_tools, Launch};
 use crate::check::Verdict;
@@ -27,6 +27,8 @@ use crate::world::{check_world, ProviderKind, World};
 const AGENTS_TIMEOUT: Duration = Duration::from_secs(400);
 /// How long the providers must be quiet before their state is final.
 const QUIET: Duration = Duration::from_secs(20);
+/// Agents start at a random point within this long (ms) after the fleet.
+const AGENT_START_MS_MAX: u64 = 3_000;
 
 /// One agent: a benchmark episode (fault point and provider) run on the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +77,8 @@ pub struct Fleet {
 
 impl Fleet {
     /// Registers the providers' tools with `cluster` and starts one agent per spec, each
-    /// with two tool-server instances on `EffectRunner`, within the next 3 s. `seed` draws
-    /// the episodes' faults and intents.
+    /// with two tool-server instances on `EffectRunner`, within the next
+    /// [`AGENT_START_MS_MAX`]. `seed` draws the episodes' faults and intents.
     pub async fn start(cluster: &Cluster, specs: &[AgentSpec], seed: u64) -> Fleet {
         register_world_tools(cluster).await;
         let world = World::new(cluster.client_node("providers"));
@@ -91,7 +93,7 @@ impl Fleet {
                 for intent in &mut episode.intents {
                     intent.slots = spec.slots;
                 }
-                episode.start_ms = madsim::rand::thread_rng().gen_range(0..3_000);
+                episode.start_ms = madsim::rand::thread_rng().gen_range(0..AGENT_START_MS_MAX);
                 let launch = Launch {
                     strategy: Strategy::Ledger(spec.key_mode),
                     world: &world,
@@ -103,6 +105,14 @@ impl Fleet {
             })
             .collect();
         Fleet { world, agents }
+    }
+
+    /// How many agents have made their first call and not yet ended every intent.
+    pub fn running(&self) -> usize {
+        self.agents
+            .iter()
+            .filter(|a| !a.finished() && a.report().iter().any(|(_, p)| p.started.is_some()))
+            .count()
     }
 
     /// Waits for every agent to finish and the providers to be quiet, so that their state
