@@ -17,7 +17,7 @@ use crate::actors::agent::{wait_all_finished, Agent, Progress};
 use crate::actors::faults::Supervisor;
 use crate::actors::{Final, Intent, KeyMode, Strategy};
 use crate::bench::plan::{episode, FaultPoint};
-use crate::bench::run::{register_world_tools, Launch};
+use crate::bench::run::Launch;
 use crate::check::Verdict;
 use crate::cluster::Cluster;
 use crate::seeds::RunOutcome;
@@ -76,11 +76,10 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Registers the providers' tools with `cluster` and starts one agent per spec, each
-    /// with two tool-server instances on `EffectRunner`, within the next
-    /// [`AGENT_START_MS_MAX`]. `seed` draws the episodes' faults and intents.
-    pub async fn start(cluster: &Cluster, specs: &[AgentSpec], seed: u64) -> Fleet {
-        register_world_tools(cluster).await;
+    /// Starts one agent per spec, each with two tool-server instances on `EffectRunner`,
+    /// within the next [`AGENT_START_MS_MAX`], on `cluster` (where the providers' tools
+    /// are registered). `seed` draws the episodes' faults and intents.
+    pub fn start(cluster: &Cluster, specs: &[AgentSpec], seed: u64) -> Fleet {
         let world = World::new(cluster.client_node("providers"));
         let supervisor = Supervisor::start();
         let endpoints = cluster.endpoints();

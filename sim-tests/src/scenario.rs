@@ -16,6 +16,7 @@ use madsim::rand::{thread_rng, Rng};
 
 use ledger_core::EffectKey;
 
+use crate::bench::run::register_world_tools;
 use crate::check::{
     check_acks, check_all_committed, check_grants, check_provider, check_records, Verdict,
 };
@@ -53,6 +54,7 @@ pub struct Run {
     sampler: Sampler,
     clock_slack: ClockSlack,
     fleet: Option<Fleet>,
+    world_tools: bool,
 }
 
 /// What a run's final verification found, for scenario-specific assertions.
@@ -92,6 +94,7 @@ impl Run {
             sampler,
             clock_slack,
             fleet: None,
+            world_tools: false,
         }
     }
 
@@ -100,9 +103,20 @@ impl Run {
     /// providers. `seed` draws the episodes.
     pub async fn start_agents(&mut self, specs: &[AgentSpec], seed: u64) {
         assert!(self.fleet.is_none(), "agents are started once per run");
+        self.register_world_tools().await;
         self.trace
             .note(format!("agents on EffectRunner: {specs:?}"));
-        self.fleet = Some(Fleet::start(&self.cluster, specs, seed).await);
+        self.fleet = Some(Fleet::start(&self.cluster, specs, seed));
+    }
+
+    /// Registers the agents' providers' tools with the cluster, once per run
+    /// ([`Run::start_agents`] does it first if nothing has): a scenario that must have it
+    /// done at a given point of its schedule calls it there.
+    pub async fn register_world_tools(&mut self) {
+        if !self.world_tools {
+            register_world_tools(&self.cluster).await;
+            self.world_tools = true;
+        }
     }
 
     /// Waits up to `timeout` until one of the run's agents is mid-episode, then notes in

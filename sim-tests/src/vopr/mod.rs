@@ -56,7 +56,7 @@ pub async fn scenario() -> RunOutcome {
     let mut run = Run::begin(settings).await;
     run.trace.note(plan.describe());
     let cluster = run.cluster.clone();
-    run.start_agents(&plan.agents, plan.agent_seed).await;
+    run.register_world_tools().await;
     faults::set_network(plan.background);
 
     let shared = effects("v", plan.effects);
@@ -65,6 +65,7 @@ pub async fn scenario() -> RunOutcome {
         client.vanish_percent = plan.vanish_percent;
     }
     let workload = Workload::start(&cluster, clients, &run.history, &run.provider);
+    run.start_agents(&plan.agents, plan.agent_seed).await;
 
     for (gap_ms, event) in &plan.events {
         tokio::time::sleep(Duration::from_millis(*gap_ms)).await;
