@@ -2,11 +2,13 @@
 //! episodes (each an agent meeting its boundary faults, with two tool-server instances)
 //! run through the cluster while the scenario's own faults strike it, and the providers'
 //! ground truth is judged at the end ([`check_world`]). The named scenarios and the
-//! randomized one start them through [`crate::scenario::Run::start_agents`], so every
-//! partition, crash, power failure and clock fault they inject is met by the runner tool
-//! servers ship with, not only by the workload's clients, which drive the protocol call by
-//! call.
+//! randomized one start them through [`crate::scenario::Run::start_agents`], so the
+//! partitions, crashes, power failures and clock faults they inject meet the runner tool
+//! servers ship with, not only the workload's clients, which drive the protocol call by
+//! call. [`Launch`], which starts one episode's agent and instances, and
+//! [`register_world_tools`] serve the benchmark's strategies as well.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use madsim::rand::Rng;
@@ -14,14 +16,15 @@ use madsim::rand::Rng;
 use ledger_core::EffectRecord;
 
 use crate::actors::agent::{wait_all_finished, Agent, Progress};
-use crate::actors::faults::Supervisor;
+use crate::actors::faults::{EpisodeFaults, Supervisor};
+use crate::actors::toolserver::{Instance, ServerConfig};
 use crate::actors::{Final, Intent, KeyMode, Strategy};
-use crate::bench::plan::{episode, FaultPoint};
-use crate::bench::run::Launch;
+use crate::bench::plan::{episode, EpisodePlan, FaultPoint};
 use crate::check::Verdict;
-use crate::cluster::Cluster;
+use crate::cluster::{ClientNode, Cluster};
+use crate::fixtures::TENANT;
 use crate::seeds::RunOutcome;
-use crate::world::{check_world, ProviderKind, World};
+use crate::world::{check_world, world_policy, ProviderKind, World};
 
 /// How long the agents may take to finish once a scenario's faults are healed.
 const AGENTS_TIMEOUT: Duration = Duration::from_secs(400);
@@ -67,6 +70,71 @@ impl AgentSpec {
             })
             .collect()
     }
+}
+
+/// What starting an episode needs.
+pub struct Launch<'a> {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The providers.
+    pub world: &'a World,
+    /// Crashes machines.
+    pub supervisor: &'a Supervisor,
+    /// The ledger's nodes (ledger strategies).
+    pub endpoints: &'a [String],
+    /// Makes a machine with a name.
+    pub machines: &'a dyn Fn(&str) -> ClientNode,
+}
+
+impl Launch<'_> {
+    /// Starts `plan`'s two tool-server instances and, at its start time, its agent.
+    pub fn start(&self, plan: &EpisodePlan) -> (Agent, Arc<ServerConfig>) {
+        let faults = EpisodeFaults::new(plan.faults.clone(), self.supervisor.clone());
+        let config = Arc::new(ServerConfig {
+            strategy: self.strategy,
+            world: self.world.clone(),
+            faults: faults.clone(),
+            ledger_endpoints: self.endpoints.to_vec(),
+            processing_ms: plan.processing_ms,
+            keys_used: Arc::default(),
+        });
+        let instances = (0..2)
+            .map(|i| {
+                let name = format!("{}-s{i}", plan.id);
+                Instance::start(&name, (self.machines)(&name), config.clone())
+            })
+            .collect();
+        let agent = Agent::new(
+            self.strategy,
+            plan.intents.clone(),
+            instances,
+            faults,
+            plan.backoff_jitter_ms.clone(),
+        );
+        let machine = (self.machines)(&format!("{}-agent", plan.id));
+        let (starter, start_ms) = (agent.clone(), plan.start_ms);
+        madsim::task::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(start_ms)).await;
+            starter.start(machine);
+        });
+        (agent, config)
+    }
+}
+
+/// Registers the providers' tools with the ledger (operator).
+pub async fn register_world_tools(cluster: &Cluster) {
+    cluster
+        .as_operator(|client| async move {
+            for kind in ProviderKind::ALL {
+                let id = format!("setup-world-{}", kind.name());
+                let tool = kind.tool_ref().tool_name();
+                client
+                    .put_tool_policy(&id, TENANT, tool, world_policy(kind))
+                    .await
+                    .unwrap_or_else(|e| panic!("configuring {kind:?} failed: {e}"));
+            }
+        })
+        .await;
 }
 
 /// Running agents and the providers they act on.

@@ -16,13 +16,12 @@ use madsim::rand::{thread_rng, Rng};
 
 use ledger_core::EffectKey;
 
-use crate::bench::run::register_world_tools;
 use crate::check::{
     check_acks, check_all_committed, check_grants, check_provider, check_records, Verdict,
 };
 use crate::cluster::Cluster;
 use crate::fixtures::{effect_key, ClusterSettings, ToolKind};
-use crate::fleet::{AgentSpec, Fleet};
+use crate::fleet::{register_world_tools, AgentSpec, Fleet};
 use crate::history::{Ack, History};
 use crate::linearize::{check_linearizable, ClockSlack, LAG_MS_MAX};
 use crate::provider::Provider;
@@ -35,7 +34,7 @@ use crate::workload::{ClientPlan, ClientStats};
 
 /// How many agents on `EffectRunner` a named scenario starts beside its workload.
 pub const AGENTS: usize = 3;
-/// How long a scenario waits, before its first fault, for an agent to be mid-episode.
+/// How long a scenario waits, before a fault, for an agent to be mid-episode.
 pub const AGENTS_WAIT: Duration = Duration::from_secs(3);
 
 /// How long replicas may take to converge once faults are healed.

@@ -20,13 +20,14 @@ use super::metrics::EffectResult;
 use super::opcount;
 use super::plan::{episodes, EpisodePlan};
 use crate::actors::agent::{wait_all_finished, Agent};
-use crate::actors::faults::{EpisodeFaults, Supervisor};
-use crate::actors::toolserver::{Instance, ServerConfig};
+use crate::actors::faults::Supervisor;
+use crate::actors::toolserver::ServerConfig;
 use crate::actors::Strategy;
 use crate::cluster::{create_client_node, ClientNode, Cluster};
-use crate::fixtures::{ClusterSettings, TENANT};
+use crate::fixtures::ClusterSettings;
+use crate::fleet::{register_world_tools, Launch};
 use crate::scenario::Run;
-use crate::world::{world_policy, ProviderKind, World};
+use crate::world::World;
 
 /// How long every agent of a run may take.
 const AGENTS_TIMEOUT: Duration = Duration::from_secs(600);
@@ -56,71 +57,6 @@ struct Episode {
     plan: EpisodePlan,
     agent: Agent,
     config: Arc<ServerConfig>,
-}
-
-/// What starting an episode needs.
-pub struct Launch<'a> {
-    /// The strategy.
-    pub strategy: Strategy,
-    /// The providers.
-    pub world: &'a World,
-    /// Crashes machines.
-    pub supervisor: &'a Supervisor,
-    /// The ledger's nodes (ledger strategies).
-    pub endpoints: &'a [String],
-    /// Makes a machine with a name.
-    pub machines: &'a dyn Fn(&str) -> ClientNode,
-}
-
-impl Launch<'_> {
-    /// Starts `plan`'s two tool-server instances and, at its start time, its agent.
-    pub fn start(&self, plan: &EpisodePlan) -> (Agent, Arc<ServerConfig>) {
-        let faults = EpisodeFaults::new(plan.faults.clone(), self.supervisor.clone());
-        let config = Arc::new(ServerConfig {
-            strategy: self.strategy,
-            world: self.world.clone(),
-            faults: faults.clone(),
-            ledger_endpoints: self.endpoints.to_vec(),
-            processing_ms: plan.processing_ms,
-            keys_used: Arc::default(),
-        });
-        let instances = (0..2)
-            .map(|i| {
-                let name = format!("{}-s{i}", plan.id);
-                Instance::start(&name, (self.machines)(&name), config.clone())
-            })
-            .collect();
-        let agent = Agent::new(
-            self.strategy,
-            plan.intents.clone(),
-            instances,
-            faults,
-            plan.backoff_jitter_ms.clone(),
-        );
-        let machine = (self.machines)(&format!("{}-agent", plan.id));
-        let (starter, start_ms) = (agent.clone(), plan.start_ms);
-        madsim::task::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(start_ms)).await;
-            starter.start(machine);
-        });
-        (agent, config)
-    }
-}
-
-/// Registers the providers' tools with the ledger (operator).
-pub async fn register_world_tools(cluster: &Cluster) {
-    cluster
-        .as_operator(|client| async move {
-            for kind in ProviderKind::ALL {
-                let id = format!("setup-world-{}", kind.name());
-                let tool = kind.tool_ref().tool_name();
-                client
-                    .put_tool_policy(&id, TENANT, tool, world_policy(kind))
-                    .await
-                    .unwrap_or_else(|e| panic!("configuring {kind:?} failed: {e}"));
-            }
-        })
-        .await;
 }
 
 /// Runs every episode of `seed` under `strategy` and returns one result per declared
