@@ -79,6 +79,8 @@
 //!   run fails if they have not within its rounds); then a follower's synced log (or
 //!   vote) has a bit flipped while it is down, and it must refuse to start with the
 //!   damage named while the other two keep serving and every checker holds on them.
+//!   Agents on the shipped `EffectRunner` run through both (`Run::start_drawn_agents`),
+//!   and no provider applies one of their effects beyond its declared multiplicity.
 //! - `checker_takes_a_grants_real_time_from_its_horizon` (seeds 8399 and 9751, the first
 //!   10,000-seed sweep on the disk store): a harness bug. After an outage ledger time
 //!   lagged the simulator's clock by about 2 s, and the leader, knowing real time to be
@@ -106,7 +108,7 @@ use std::time::Duration;
 
 use ledger_raft_store::Keyspace;
 use ledger_sim_tests::fixtures::ClusterSettings;
-use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run};
+use ledger_sim_tests::scenario::{contending_clients, effects, keys, Run, AGENTS, AGENTS_WAIT};
 use ledger_sim_tests::seeds::{self, RunOutcome, Scenario};
 use ledger_sim_tests::vopr::scenario;
 use ledger_sim_tests::workload::Workload;
@@ -265,8 +267,9 @@ async fn torn_writes() -> RunOutcome {
     const ROUNDS_MIN: usize = 5;
     const ROUNDS_MAX: usize = 40;
     const TEARS_MIN: usize = 2;
-    let run = Run::begin(ClusterSettings::new(3)).await;
+    let mut run = Run::begin(ClusterSettings::new(3)).await;
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let shared = effects("tw", 12);
     let plans = contending_clients(&cluster.endpoints(), 3, &shared);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);
@@ -281,6 +284,10 @@ async fn torn_writes() -> RunOutcome {
         rounds += 1;
         run.answers_since(5, sim_elapsed(), None, Duration::from_secs(30))
             .await;
+        if round == 0 {
+            run.await_agents("at the first power failure", AGENTS_WAIT)
+                .await;
+        }
         let victim = follower(&run).await;
         let failure = cluster.power_fail(victim);
         torn += usize::from(failure.torn.is_some());
@@ -309,13 +316,15 @@ async fn torn_writes() -> RunOutcome {
 /// A follower loses power and a bit of its synced log flips (of its vote, if its log is
 /// empty); it must refuse to start naming the damage, and the cluster serves on.
 async fn bit_flip() -> RunOutcome {
-    let run = Run::begin(ClusterSettings::new(3)).await;
+    let mut run = Run::begin(ClusterSettings::new(3)).await;
     let cluster = run.cluster.clone();
+    run.start_drawn_agents(AGENTS).await;
     let shared = effects("bf", 12);
     let plans = contending_clients(&cluster.endpoints(), 3, &shared);
     let workload = Workload::start(&cluster, plans, &run.history, &run.provider);
     run.answers_since(10, sim_elapsed(), None, Duration::from_secs(30))
         .await;
+    run.await_agents("at the power failure", AGENTS_WAIT).await;
     let victim = follower(&run).await;
     cluster.power_fail(victim);
     let flip = cluster
