@@ -176,10 +176,7 @@ impl Fleet {
 
     /// How many agents have made their first call and not yet ended every intent.
     pub fn running(&self) -> usize {
-        self.agents
-            .iter()
-            .filter(|a| !a.finished() && a.report().iter().any(|(_, p)| p.started.is_some()))
-            .count()
+        self.agents.iter().filter(|a| a.mid_episode()).count()
     }
 
     /// Waits for every agent to finish and the providers to be quiet, so that their state

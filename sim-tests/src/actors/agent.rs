@@ -98,6 +98,13 @@ impl Agent {
         durable.next >= self.inner.intents.len()
     }
 
+    /// Whether it has made its first call and not yet ended every intent.
+    pub fn mid_episode(&self) -> bool {
+        let durable = self.inner.durable.lock().expect("agent lock");
+        durable.next < self.inner.intents.len()
+            && durable.progress.iter().any(|p| p.started.is_some())
+    }
+
     /// The intents and what became of each.
     pub fn report(&self) -> Vec<(Intent, Progress)> {
         let durable = self.inner.durable.lock().expect("agent lock");
