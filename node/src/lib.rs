@@ -269,10 +269,18 @@ async fn serve_with(
         ))
         .add_service(ledger_proto::health::health_server::HealthServer::new(
             health::HealthService::new(node.clone()),
-        ))
-        .add_service(ledger_proto::raft_server(raft_service::RaftService::new(
-            node.clone(),
-        )));
+        ));
+    // Streams a peer keeps open (a leader's replication) end when the node stops, so
+    // that the server's graceful shutdown does not wait for the leader to close them.
+    let (stopping, stopped_signal) = tokio::sync::watch::channel(false);
+    let router = router.add_service(ledger_proto::raft_server(raft_service::RaftService::new(
+        node.clone(),
+        stopped_signal,
+    )));
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    };
     let served = listen(
         router,
         &node.security,

@@ -53,8 +53,9 @@ pub const RAFT_WRITE_SECONDS: &str = "ledger_raft_write_seconds";
 pub const BATCH_COMMANDS: &str = "ledger_batch_commands";
 /// Commands in one group a follower forwarded to the leader (one call).
 pub const FORWARD_COMMANDS: &str = "ledger_forward_commands";
-/// Seconds of one AppendEntries call carrying entries, to the follower's answer (it has
-/// written and synced them), by follower.
+/// Seconds of one AppendEntries carrying entries, a call or a request on a replication
+/// stream, from its sending to the follower's answer (it has written and synced them), by
+/// follower.
 pub const REPLICATE_SECONDS: &str = "ledger_replicate_seconds";
 /// Seconds a follower takes to serve one AppendEntries carrying entries, from the decoded
 /// request to its answer (the entries written and synced): the follower's share of the
@@ -194,7 +195,7 @@ const DESCRIPTIONS: [(&str, Unit, &str); 7] = [
     (
         REPLICATE_SECONDS,
         Unit::Seconds,
-        "one AppendEntries call carrying entries, until the follower has them synced",
+        "one AppendEntries carrying entries, sent until the follower has them synced",
     ),
     (
         APPEND_SERVED_SECONDS,

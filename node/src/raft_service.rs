@@ -1,10 +1,14 @@
-//! The internal `Raft` gRPC service: AppendEntries, votes, snapshot streaming and
-//! forwarding from followers. Only peers holding the cluster secret may call it, and with
-//! TLS on only over a connection on which they presented a certificate the client CA
-//! signed (the handshake has checked the signature and validity of any certificate
-//! presented; a connection without one is refused here, since the ledger API may allow
-//! it).
+//! The internal `Raft` gRPC service: AppendEntries (as calls and as streams), votes,
+//! snapshot streaming and forwarding from followers. Only peers holding the cluster
+//! secret may call it, and with TLS on only over a connection on which they presented a
+//! certificate the client CA signed (the handshake has checked the signature and validity
+//! of any certificate presented; a connection without one is refused here, since the
+//! ledger API may allow it).
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use openraft::alias::{SnapshotMetaOf, SnapshotOf, VoteOf};
 use openraft::async_runtime::WatchReceiver;
@@ -13,6 +17,7 @@ use openraft::vote::RaftLeaderId;
 use openraft::EntryPayload;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use ledger_proto::pb;
@@ -31,13 +36,16 @@ const SNAPSHOT_BYTES_MAX: usize = 16 << 30;
 /// Serves the internal service for one node.
 pub struct RaftService {
     node: LedgerNode,
+    /// Becomes true when the node stops serving: streams a peer keeps open end then.
+    stopping: watch::Receiver<bool>,
 }
 
 impl RaftService {
     /// The service for `node`, accepting callers with the cluster secret (and, with TLS
-    /// on, a client certificate) that `node.security` holds at each call.
-    pub fn new(node: LedgerNode) -> Self {
-        RaftService { node }
+    /// on, a client certificate) that `node.security` holds at each call; its
+    /// AppendEntries streams end when `stopping` turns true.
+    pub fn new(node: LedgerNode, stopping: watch::Receiver<bool>) -> Self {
+        RaftService { node, stopping }
     }
 
     fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
@@ -57,11 +65,13 @@ impl RaftService {
             .and_then(|v| v.to_str().ok());
         match offered {
             Some(offered) if self.node.security.credentials().is_cluster_secret(offered) => Ok(()),
-            _ => Err(Status::unauthenticated(
-                "internal service: missing or wrong cluster secret",
-            )),
+            _ => Err(wrong_secret()),
         }
     }
+}
+
+fn wrong_secret() -> Status {
+    Status::unauthenticated("internal service: missing or wrong cluster secret")
 }
 
 fn decode<T: DeserializeOwned>(request: Request<pb::RaftMessage>) -> Result<T, Status> {
@@ -90,30 +100,92 @@ impl pb::raft_server::Raft for RaftService {
         let rpc: AppendEntriesRequest<C> = decode(request)?;
         let started = Stopwatch::start();
         let carries_entries = !rpc.entries.is_empty();
-        // Learn the leader's stamps as they arrive, not once applied: a follower applies
-        // an entry only when it hears it is committed, which after a leader's crash is
-        // only once the next leader is elected, seconds later (see `stamp_bound`).
-        // Whether the entry was made in the sending leader's term tells a fresh stamp from
-        // an old one sent to a follower that is behind (see `real_time`).
-        let term = rpc.vote.leader_id().to_committed();
-        let latest = rpc
-            .entries
-            .iter()
-            .filter_map(|entry| match &entry.payload {
-                EntryPayload::Normal(request) => {
-                    Some((request.stamp, *entry.log_id.committed_leader_id() == term))
-                }
-                _ => None,
-            })
-            .max_by_key(|(stamp, _)| stamp.ledger_ms);
-        if let Some((stamp, current_term)) = latest {
-            self.node.time.observe_received(&stamp, current_term);
-        }
+        observe_stamps(&self.node, &rpc);
         let answer = flatten(self.node.raft.append_entries(rpc).await);
         if carries_entries {
             metrics::histogram!(APPEND_SERVED_SECONDS).record(started.elapsed());
         }
         reply(&answer)
+    }
+
+    type AppendStreamStream = BoxStream<'static, Result<pb::RaftMessage, Status>>;
+
+    /// Each request is handed to openraft as it is decoded, without waiting for the
+    /// answer to the one before, and answered in order once its entries are synced. A
+    /// message that does not decode ends the input there: the requests before it are
+    /// answered, then the stream ends with `INVALID_ARGUMENT`. The stream may last a
+    /// whole term, so the secret it was opened with is checked again at each message
+    /// against the secrets in force (a rotation ends it with `UNAUTHENTICATED`), and its
+    /// input ends when the node stops serving. Requests left unanswered when openraft
+    /// stops end it with `UNAVAILABLE`.
+    async fn append_stream(
+        &self,
+        request: Request<Streaming<pb::RaftMessage>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        self.check(&request)?;
+        let offered = request
+            .metadata()
+            .get(CLUSTER_SECRET_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let mut stopping = self.stopping.clone();
+        let stopped = async move {
+            // A dropped sender means the node is gone: stop as well.
+            let _ = stopping.wait_for(|stopping| *stopping).await;
+        };
+        let node = self.node.clone();
+        // Requests taken and not yet answered: when each was decoded, and whether it
+        // carried entries (only those are measured, as for `append_entries`).
+        let taken = Arc::new(Mutex::new(VecDeque::<(Stopwatch, bool)>::new()));
+        let refused = Arc::new(Mutex::new(None::<Status>));
+        let (taken_in, refused_in, taken_at_end) = (taken.clone(), refused.clone(), taken.clone());
+        let requests = request
+            .into_inner()
+            .take_until(stopped)
+            .scan((), move |(), message| {
+                let decoded = message.and_then(|m| {
+                    if !node.security.credentials().is_cluster_secret(&offered) {
+                        return Err(wrong_secret());
+                    }
+                    wire::decode::<AppendEntriesRequest<C>>(&m.payload)
+                        .map_err(|e| Status::invalid_argument(format!("undecodable payload: {e}")))
+                });
+                futures::future::ready(match decoded {
+                    Ok(rpc) => {
+                        observe_stamps(&node, &rpc);
+                        locked(&taken_in).push_back((Stopwatch::start(), !rpc.entries.is_empty()));
+                        Some(rpc)
+                    }
+                    Err(status) => {
+                        *locked(&refused_in) = Some(status);
+                        None
+                    }
+                })
+            });
+        let answers = self.node.raft.stream_append(requests).map(move |answer| {
+            if let Some((started, true)) = locked(&taken).pop_front() {
+                metrics::histogram!(APPEND_SERVED_SECONDS).record(started.elapsed());
+            }
+            match answer {
+                Ok(result) => Ok(pb::RaftMessage {
+                    payload: wire::encode(&result),
+                }),
+                Err(fatal) => Err(Status::unavailable(format!("raft stopped: {fatal}"))),
+            }
+        });
+        let refusal = futures::stream::once(async move {
+            let unanswered = locked(&taken_at_end).len();
+            locked(&refused).take().or_else(|| {
+                (unanswered > 0).then(|| {
+                    Status::unavailable(format!(
+                        "raft stopped with {unanswered} AppendEntries unanswered"
+                    ))
+                })
+            })
+        })
+        .filter_map(|refused| futures::future::ready(refused.map(Err)));
+        Ok(Response::new(Box::pin(answers.chain(refusal))))
     }
 
     async fn vote(
@@ -193,6 +265,33 @@ impl pb::raft_server::Raft for RaftService {
         let forwarded: ForwardRequest = decode(request)?;
         reply(&self.node.serve_forwarded(forwarded).await)
     }
+}
+
+/// Learns the leader's stamps in `rpc` as they arrive, not once applied: a follower
+/// applies an entry only when it hears it is committed, which after a leader's crash is
+/// only once the next leader is elected, seconds later (see `stamp_bound`). Whether the
+/// entry was made in the sending leader's term tells a fresh stamp from an old one sent
+/// to a follower that is behind (see `real_time`).
+fn observe_stamps(node: &LedgerNode, rpc: &AppendEntriesRequest<C>) {
+    let term = rpc.vote.leader_id().to_committed();
+    let latest = rpc
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Normal(request) => {
+                Some((request.stamp, *entry.log_id.committed_leader_id() == term))
+            }
+            _ => None,
+        })
+        .max_by_key(|(stamp, _)| stamp.ledger_ms);
+    if let Some((stamp, current_term)) = latest {
+        node.time.observe_received(&stamp, current_term);
+    }
+}
+
+/// Locks a queue shared by a stream's two sides, whether or not a panic poisoned it.
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Restores one received piece of a snapshot.

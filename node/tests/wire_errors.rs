@@ -391,3 +391,56 @@ async fn oversized_fields_are_refused_before_they_are_replicated() {
     let key = EffectKey::new(TENANT, "wire", "oversized-0");
     assert!(tenant.get(key).await.unwrap().is_none(), "stored");
 }
+
+/// The streamed AppendEntries of the internal service asks for the cluster secret like
+/// every other internal call, and a message on it that does not decode ends the stream
+/// with `INVALID_ARGUMENT`; the node goes on serving.
+#[tokio::test]
+async fn an_append_stream_needs_the_secret_and_refuses_garbage() {
+    let cluster = ProcessCluster::start(1);
+    cluster.form().await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.endpoints()[0]))
+            .expect("endpoint")
+            .connect_lazy();
+    let garbage = || {
+        futures::stream::iter([pb::RaftMessage {
+            payload: b"\xff\x00 not an AppendEntries request".to_vec(),
+        }])
+    };
+
+    let mut wrong = tonic::Request::new(garbage());
+    wrong.metadata_mut().insert(
+        ledger_node::network::CLUSTER_SECRET_HEADER,
+        "not-the-cluster-secret".parse().expect("header"),
+    );
+    let refused = pb::raft_client::RaftClient::new(channel.clone())
+        .append_stream(wrong)
+        .await
+        .map(|_| ());
+    assert_eq!(refused.expect_err("refused").code(), Code::Unauthenticated);
+
+    let mut request = tonic::Request::new(garbage());
+    request.metadata_mut().insert(
+        ledger_node::network::CLUSTER_SECRET_HEADER,
+        SECRET.parse().expect("header"),
+    );
+    let mut answers = pb::raft_client::RaftClient::new(channel)
+        .append_stream(request)
+        .await
+        .expect("a stream with the secret is taken")
+        .into_inner();
+    let status = answers
+        .message()
+        .await
+        .expect_err("garbage is not answered as a request");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("undecodable"), "{status:?}");
+
+    let status = cluster
+        .client(OPERATOR_KEY)
+        .status_with_digest(0)
+        .await
+        .expect("the node still serves");
+    assert_eq!(status.leader_id, Some(1));
+}

@@ -20,7 +20,10 @@
 //! fixed schedule instead, R a second whatever the answers (an open loop, at most
 //! `--clients` in flight), and each latency counts from the effect's scheduled start, so
 //! an effect that waited for a free client or behind a slow one is not measured as fast.
-//! That is how two systems are compared at the same offered load.
+//! That is how two systems are compared at the same offered load. An open loop also
+//! reports its start lag: how long after its scheduled start each operation began. It is
+//! part of every latency; on a machine the load generator shares with the system, a large
+//! lag means the generator waited for CPU.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -482,8 +485,10 @@ where
             .map_err(|e| format!("in-flight slots closed: {e}"))?;
         let operation = op(seq, scheduled);
         running.spawn(async move {
-            let done = operation.await;
+            let lag = scheduled.elapsed();
+            let mut done = operation.await;
             drop(slot);
+            done.start_lag.push(lag.as_micros() as u64);
             done
         });
         while let Some(done) = running.try_join_next() {
@@ -608,8 +613,8 @@ mod tests {
     }
 
     /// 40 operations of 50 ms each, due over one second: one at a time they take two, and
-    /// the last ones' latencies include the second they waited past their schedule; with
-    /// room for all, none waits.
+    /// the last ones' latencies include the second they waited past their schedule, which
+    /// is their start lag; with room for all, none waits.
     #[tokio::test]
     async fn an_open_loop_counts_the_wait_for_a_free_slot_in_the_latency() {
         let op = |_seq, scheduled: Instant| async move {
@@ -625,12 +630,23 @@ mod tests {
             slowest >= 900_000,
             "the last waited about 1 s, measured {slowest} us"
         );
+        assert_eq!(one_at_a_time.start_lag.len(), 40);
+        let latest = one_at_a_time.start_lag.iter().max().copied().unwrap();
+        assert!(
+            latest >= 900_000,
+            "the last started about 1 s late, measured {latest} us"
+        );
         let all_at_once = open_loop(40, 40, 1, op).await.unwrap();
         assert_eq!(all_at_once.effect.len(), 40);
         let slowest = all_at_once.effect.iter().max().copied().unwrap();
         assert!(
             slowest < 500_000,
             "none waited for a slot, measured {slowest} us"
+        );
+        let latest = all_at_once.start_lag.iter().max().copied().unwrap();
+        assert!(
+            latest < 450_000,
+            "none started late for want of a slot, measured {latest} us"
         );
     }
 

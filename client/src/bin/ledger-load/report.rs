@@ -17,6 +17,10 @@ pub struct Samples {
     pub report: Vec<u64>,
     /// Reference calls (leader RPC).
     pub status: Vec<u64>,
+    /// With `--rate`: how long after its scheduled start each operation began, which
+    /// its latencies include; a load generator short of CPU shows here, not in the
+    /// system's own time.
+    pub start_lag: Vec<u64>,
     /// Calls answered `RESOURCE_EXHAUSTED`.
     pub back_pressure: u64,
     /// Calls failed otherwise.
@@ -33,6 +37,7 @@ impl Samples {
         self.claim.extend(other.claim);
         self.report.extend(other.report);
         self.status.extend(other.status);
+        self.start_lag.extend(other.start_lag);
         self.back_pressure += other.back_pressure;
         self.failures += other.failures;
         if self.first_failure.is_none() {
@@ -196,6 +201,11 @@ impl Summary {
         ]
     }
 
+    /// How late the open loop's operations began (for etcd too).
+    fn start_lag(&self, s: &mut Samples) -> Row {
+        Row::of(&mut s.start_lag, self.effects_s)
+    }
+
     /// Prints the human-readable table.
     pub fn print_table(&self, s: &mut Samples) {
         if let Some(p) = &self.preload {
@@ -237,7 +247,10 @@ impl Summary {
                 Row::of(&mut s.effect, self.effects_s),
             )],
         };
-        for (name, r) in rows {
+        let lag = self
+            .rate
+            .map(|_| ("  start lag (open loop)", self.start_lag(s)));
+        for (name, r) in rows.into_iter().chain(lag) {
             println!(
                 "{:<34} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
                 name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
@@ -269,6 +282,7 @@ impl Summary {
             "claim": claim.1.json(),
             "report": report.1.json(),
             "reference": self.reference.then(|| reference.1.json()),
+            "start_lag": self.rate.map(|_| self.start_lag(s).json()),
             "back_pressure": s.back_pressure,
             "failures": s.failures,
             "first_failure": s.first_failure,
