@@ -35,15 +35,22 @@ pub struct LedgerService {
     node: LedgerNode,
     auth: Authenticator,
     watches: Watches,
+    /// Becomes true when the node stops serving: watches end then.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl LedgerService {
-    /// The service for `node`.
-    pub fn new(node: LedgerNode, auth: Authenticator) -> Self {
+    /// The service for `node`; its watches end when `stopping` turns true.
+    pub fn new(
+        node: LedgerNode,
+        auth: Authenticator,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         LedgerService {
             node,
             auth,
             watches: Watches::default(),
+            stopping,
         }
     }
 
@@ -256,7 +263,10 @@ impl pb::ledger_server::Ledger for LedgerService {
             }
         }
         let events = self.watches.start(self.node.reader.clone(), filter)?;
-        Ok(Response::new(events))
+        Ok(Response::new(crate::watch::ending_at(
+            events,
+            self.stopping.clone(),
+        )))
     }
 
     async fn list(

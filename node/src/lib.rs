@@ -256,27 +256,27 @@ async fn serve_with(
         tls = node.security.tls_enabled(),
         "serving"
     );
+    // Streams a caller keeps open (a watch, a leader's replication) end when the node
+    // stops, so that the server's graceful shutdown does not wait for their callers.
+    let (stopping, stopped_signal) = tokio::sync::watch::channel(false);
     let router = Server::builder()
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
         .http2_max_pending_accept_reset_streams(Some(PENDING_RESETS_PER_CONNECTION_MAX))
         .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
         .tcp_nodelay(true)
         .add_service(pb::ledger_server::LedgerServer::new(
-            ledger_service::LedgerService::new(node.clone(), auth.clone()),
+            ledger_service::LedgerService::new(node.clone(), auth.clone(), stopped_signal.clone()),
         ))
         .add_service(pb::admin_server::AdminServer::new(
             admin_service::AdminService::new(node.clone(), auth),
         ))
         .add_service(ledger_proto::health::health_server::HealthServer::new(
             health::HealthService::new(node.clone()),
-        ));
-    // Streams a peer keeps open (a leader's replication) end when the node stops, so
-    // that the server's graceful shutdown does not wait for the leader to close them.
-    let (stopping, stopped_signal) = tokio::sync::watch::channel(false);
-    let router = router.add_service(ledger_proto::raft_server(raft_service::RaftService::new(
-        node.clone(),
-        stopped_signal,
-    )));
+        ))
+        .add_service(ledger_proto::raft_server(raft_service::RaftService::new(
+            node.clone(),
+            stopped_signal,
+        )));
     let shutdown = async move {
         shutdown.await;
         let _ = stopping.send(true);

@@ -8,15 +8,17 @@
 //! attempt. A watch of one effect starts with the record as it is, so subscribing and
 //! then reading cannot miss a change in between. A watcher that falls more than the
 //! state machine keeps behind, or whose node installs a snapshot while it follows a
-//! whole tenant, is ended with `ABORTED` and reads again before watching again.
+//! whole tenant, is ended with `ABORTED` and reads again before watching again; a
+//! stopping node ends its watches with `UNAVAILABLE` ([`ending_at`]).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 use tonic::Status;
 
 use ledger_core::{keycode, EffectKey, EffectRecord};
@@ -28,6 +30,32 @@ pub const WATCHES_MAX: usize = 1_024;
 
 /// The events of one watch.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
+/// `events` until `stopping` turns true (or its sender is gone), then `UNAVAILABLE`: a
+/// watch lasts as long as its caller keeps it, and a stopping node's graceful shutdown
+/// waits for every open stream, so the node ends its watches itself and the callers
+/// watch through another node.
+pub fn ending_at(events: EventStream, stopping: watch::Receiver<bool>) -> EventStream {
+    Box::pin(futures::stream::unfold(
+        Some((events, stopping)),
+        |state| async move {
+            let (mut events, mut stopping) = state?;
+            let stopped = tokio::select! {
+                event = events.next() => Ok(event),
+                _ = stopping.wait_for(|stopping| *stopping) => Err(()),
+            };
+            match stopped {
+                Ok(event) => event.map(|event| (event, Some((events, stopping)))),
+                Err(()) => Some((
+                    Err(Status::unavailable(
+                        "this node is stopping: watch through another node",
+                    )),
+                    None,
+                )),
+            }
+        },
+    ))
+}
 
 /// The watches a node serves, counted against [`WATCHES_MAX`].
 #[derive(Debug, Clone, Default)]

@@ -645,3 +645,58 @@ async fn a_backup_restored_into_a_new_cluster_has_the_same_state() {
         "a member's data directory is never overwritten"
     );
 }
+
+/// SIGTERM stops a node within seconds though callers keep streams open on it: a watch,
+/// which lasts as long as its caller keeps it, and, on a follower, the leader's
+/// AppendEntries stream. The watcher is told `UNAVAILABLE` (watch through another node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_node_with_open_streams_within_seconds() {
+    use ledger_client::WatchFilter;
+
+    let mut cluster = ProcessCluster::start(3);
+    cluster.form().await;
+    let leader = cluster.leader().await;
+    let follower = (0..3).find(|&i| i != leader).expect("a follower");
+    let mut watch = cluster
+        .client_of(follower, TENANT_KEY)
+        .watch(WatchFilter::tenant(TENANT))
+        .await
+        .expect("a watch on the follower");
+    let tenant = cluster.client(TENANT_KEY);
+    let key = declaration("sigterm-watched").key;
+    until_answered(|| {
+        tenant.claim(
+            "sigterm-claim",
+            declaration("sigterm-watched"),
+            "holder",
+            None,
+            None,
+        )
+    })
+    .await
+    .expect("claimed");
+    let event = tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("the claim reaches the watch")
+        .expect("an event")
+        .expect("a change");
+    assert_eq!(event.key, key);
+
+    let (status, took) = cluster
+        .terminate(follower, Duration::from_secs(20))
+        .expect("the follower stopped at SIGTERM");
+    assert!(status.success(), "the follower exited with {status}");
+    assert!(took < Duration::from_secs(10), "the follower took {took:?}");
+    match tokio::time::timeout(Duration::from_secs(5), watch.next()).await {
+        Ok(Some(Err(ClientError::Status { code, .. }))) => {
+            assert_eq!(code, tonic::Code::Unavailable)
+        }
+        other => panic!("the watch ended with {other:?}"),
+    }
+
+    let (status, took) = cluster
+        .terminate(leader, Duration::from_secs(20))
+        .expect("the leader stopped at SIGTERM");
+    assert!(status.success(), "the leader exited with {status}");
+    assert!(took < Duration::from_secs(10), "the leader took {took:?}");
+}

@@ -287,6 +287,32 @@ interval_ms = 100
         self.children[i] = Some(child);
     }
 
+    /// Sends SIGTERM to node `i` and waits up to `within` for it to exit; its exit status
+    /// and how long it took, or `None` (the node SIGKILLed) when it had not exited.
+    pub fn terminate(
+        &mut self,
+        i: usize,
+        within: std::time::Duration,
+    ) -> Option<(std::process::ExitStatus, std::time::Duration)> {
+        let mut child = self.children[i].take().expect("node running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {}", child.id());
+        #[allow(clippy::disallowed_methods)]
+        let sent = std::time::Instant::now();
+        while sent.elapsed() < within {
+            if let Some(status) = child.try_wait().expect("poll the child") {
+                return Some((status, sent.elapsed()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        None
+    }
+
     /// SIGKILLs node `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.children[i].take() {
