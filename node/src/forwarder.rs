@@ -175,7 +175,7 @@ impl Forwarder {
 
     /// The queue of `leader`, its task started on first use.
     fn queue(&self, leader: u64) -> mpsc::UnboundedSender<Waiting> {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queues = crate::locked(&self.queues);
         queues
             .entry(leader)
             .or_insert_with(|| {

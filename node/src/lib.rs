@@ -74,6 +74,13 @@ use ledger_proto::pb;
 use ledger_raft_store::{DiskRef, Raft};
 
 pub use clock::{Clock, ClockRef, SystemClock};
+
+/// Locks `mutex` whether or not a panic poisoned it: the node's shared maps and queues
+/// are only changed by whole inserts and removals, so a panicking holder leaves them
+/// whole.
+pub(crate) fn locked<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
 pub use config::NodeConfig;
 pub use node::LedgerNode;
 

@@ -48,6 +48,7 @@ use ledger_proto::pb;
 use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::{blocking, SnapshotData, TypeConfig};
 
+use crate::locked;
 use crate::metrics::{Stopwatch, REPLICATE_SECONDS};
 use crate::security::Security;
 use crate::wire;
@@ -533,11 +534,6 @@ async fn next_answer(
     }
 }
 
-/// Locks a queue shared by a stream's two sides, whether or not a panic poisoned it.
-fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl PeerClient {
     /// Opens an `AppendStream` call on the replication connection that sends `input`
     /// as openraft yields it.
@@ -606,13 +602,13 @@ impl Progress {
 
     /// The stream made progress now.
     fn touch(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Stopwatch::start();
+        *locked(&self.0) = Stopwatch::start();
     }
 
     /// Resolves once no progress has been made for `idle`.
     async fn stalled(&self, idle: Duration) {
         loop {
-            let since = self.0.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+            let since = locked(&self.0).elapsed();
             if since >= idle {
                 return;
             }

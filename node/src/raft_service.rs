@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 use ledger_proto::pb;
 use ledger_raft_store::{blocking, SnapshotData, SnapshotReceiver, StoreError, TypeConfig};
 
+use crate::locked;
 use crate::metrics::{Stopwatch, APPEND_SERVED_SECONDS};
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::LedgerNode;
@@ -59,15 +60,19 @@ impl RaftService {
                  CA (tls.client_ca_file), may call it",
             ));
         }
-        let offered = request
-            .metadata()
-            .get(CLUSTER_SECRET_HEADER)
-            .and_then(|v| v.to_str().ok());
-        match offered {
+        match offered_secret(request) {
             Some(offered) if self.node.security.credentials().is_cluster_secret(offered) => Ok(()),
             _ => Err(wrong_secret()),
         }
     }
+}
+
+/// The cluster secret `request` offers, if any.
+fn offered_secret<T>(request: &Request<T>) -> Option<&str> {
+    request
+        .metadata()
+        .get(CLUSTER_SECRET_HEADER)
+        .and_then(|v| v.to_str().ok())
 }
 
 fn wrong_secret() -> Status {
@@ -123,12 +128,7 @@ impl pb::raft_server::Raft for RaftService {
         request: Request<Streaming<pb::RaftMessage>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
         self.check(&request)?;
-        let offered = request
-            .metadata()
-            .get(CLUSTER_SECRET_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        let offered = offered_secret(&request).unwrap_or_default().to_string();
         let mut stopping = self.stopping.clone();
         let stopped = async move {
             // A dropped sender means the node is gone: stop as well.
@@ -287,11 +287,6 @@ fn observe_stamps(node: &LedgerNode, rpc: &AppendEntriesRequest<C>) {
     if let Some((stamp, current_term)) = latest {
         node.time.observe_received(&stamp, current_term);
     }
-}
-
-/// Locks a queue shared by a stream's two sides, whether or not a panic poisoned it.
-fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Restores one received piece of a snapshot.

@@ -115,6 +115,15 @@ pub fn free_port() -> u16 {
     panic!("no free port in {NODE_PORTS:?}");
 }
 
+/// Sends signal `name` (`HUP`, `TERM`) to process `pid`.
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
 impl ProcessCluster {
     /// Starts `n` nodes (not yet forming a cluster).
     pub fn start(n: usize) -> Self {
@@ -211,12 +220,7 @@ impl ProcessCluster {
 
     /// Sends SIGHUP to node `i`.
     pub fn hangup(&self, i: usize) {
-        let pid = self.children[i].as_ref().expect("node running").id();
-        let status = Command::new("kill")
-            .args(["-HUP", &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -HUP {pid}");
+        signal(self.children[i].as_ref().expect("node running").id(), "HUP");
     }
 
     /// The TLS options of a client trusting the test CA, without a client certificate;
@@ -295,11 +299,7 @@ interval_ms = 100
         within: std::time::Duration,
     ) -> Option<(std::process::ExitStatus, std::time::Duration)> {
         let mut child = self.children[i].take().expect("node running");
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -TERM {}", child.id());
+        signal(child.id(), "TERM");
         #[allow(clippy::disallowed_methods)]
         let sent = std::time::Instant::now();
         while sent.elapsed() < within {
