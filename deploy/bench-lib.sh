@@ -87,6 +87,48 @@ machine_line() {
   echo "$(nproc) cores ($cpu), $mem memory, disk $disk"
 }
 
+# The CPU time (user and system, seconds) each of the processes $@ has used so far, one
+# per line ("?" for a process that is gone), from /proc/PID/stat.
+cpu_of() {
+  local hz pid
+  hz=$(getconf CLK_TCK)
+  for pid in "$@"; do
+    awk -v hz="$hz" '{printf "%.2f\n", ($14 + $15) / hz}' "/proc/$pid/stat" 2>/dev/null || echo "?"
+  done
+}
+
+# The pids of the benchmark cluster's nodes 1..3 (data folder $1).
+ledger_pids() {
+  local n
+  for n in 1 2 3; do cat "$1/node$n.pid" 2>/dev/null || echo 0; done
+}
+
+# Where a row's CPU went, per effect (or put) in microseconds: "$label us/effect" for each
+# process, from the CPU times before ($1) and after ($2), each one number per line in the
+# order of the labels ($4, comma-separated), with $3 effects done and the load generator's
+# own CPU seconds $5; then the total and how busy that kept the machine's cores over $6
+# seconds of wall time.
+cpu_note() {
+  python3 - "$@" <<'EOF_PY'
+import os, sys
+before, after, done, labels, load_s, wall = sys.argv[1:7]
+try:
+    done, wall = float(done), float(wall)
+    used = [float(a) - float(b) for b, a in zip(before.split(), after.split())]
+    used.append(float(load_s))
+except ValueError:
+    print("CPU n/a")
+    sys.exit()
+labels = labels.split(",") + ["load generator"]
+if not done or len(used) != len(labels):
+    print("CPU n/a")
+    sys.exit()
+each = ", ".join(f"{l} {1e6 * u / done:.0f}" for l, u in zip(labels, used))
+busy = 100 * sum(used) / (wall * os.cpu_count()) if wall else 0
+print(f"CPU us per operation: {each}; total {1e6 * sum(used) / done:.0f} ({busy:.0f}% of the cores)")
+EOF_PY
+}
+
 # Node $1's Prometheus page (deploy/cluster.sh serves it at BASE_PORT + 90 + n).
 scrape_metrics() {
   curl -fsS "http://127.0.0.1:$((LEDGER_BASE_PORT + 90 + $1))/metrics"

@@ -27,8 +27,10 @@
 # after it give where an effect's time went (proposer queue, Raft write, log write and
 # sync, replication round trips, apply; bench-lib.sh's stage_table) and how many
 # elections the row saw (the rise of the highest Raft term, 0 when none; the same for
-# each rate); the last row's breakdown ends the results. Runs as root (installs etcd;
-# PostgreSQL runs as PG_USER).
+# each rate); the last row's breakdown ends the results. Each row also gives the CPU time
+# (user and system, from /proc and ledger-load's own getrusage) each process spent per
+# operation: etcd's members or the ledger's nodes, and the load generator. Runs as root
+# (installs etcd; PostgreSQL runs as PG_USER).
 #
 # Environment: SECONDS_PER_ROW (default 30), CLIENTS (default "1 16 64 256"), ETCD_LOADS
 # (default "l"), RATES (default "500 2000 5000"; empty for none), RATE_IN_FLIGHT (1024),
@@ -59,6 +61,8 @@ declare -A ETCD_P99=()
 # "p50 p99 p999 achieved/s failures" of each open-loop row by rate (the ledger's followed
 # by its elections).
 declare -A ETCD_AT=() LEDGER_AT=()
+# CPU per operation at each rate, everything counted ("us (busy% of the cores)").
+declare -A ETCD_CPU_AT=() LEDGER_CPU_AT=()
 STAGES=
 
 skipped() { [[ " $SKIP " == *" $1 "* ]]; }
@@ -108,15 +112,17 @@ run_etcd() {
     [ -n "$ETCD_WRITES_PER_S" ] || ETCD_WRITES_PER_S=$writes
     ROWS+=("| etcd 3.4 put (\`check perf --load=$load\`) | $(etcd_clients "$load") | ${writes:-?} writes/s | n/a | n/a | n/a | $(ratio "${writes:-0}") | slowest $(ms "$slowest") ms, stddev $(ms "$stddev") ms |")
   done
-  local c json per_s
+  local c json per_s cpu_before cpu_after
   for c in $CLIENTS; do
     echo "== etcd: ledger-load --etcd, $c clients, $SECONDS_PER_ROW s"
+    cpu_before=$(cpu_of "${ETCD_PIDS[@]}")
     json=$("$BIN/ledger-load" --etcd --endpoints "$endpoints" --clients "$c" \
       --seconds "$SECONDS_PER_ROW" --output json)
+    cpu_after=$(cpu_of "${ETCD_PIDS[@]}")
     echo "$json" > "$BENCH_DIR/etcd-$c.json"
     per_s=$(echo "$json" | json_field effect.per_s)
     ETCD_P99[$c]=$(echo "$json" | json_field effect.p99_ms)
-    ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures) |")
+    ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures); $(cpu_note "$cpu_before" "$cpu_after" "$(echo "$json" | json_field effect.count)" "member 1,member 2,member 3" "$(echo "$json" | json_field cpu_s)" "$(echo "$json" | json_field seconds)") |")
   done
   # The rates on fresh members, so that nothing the client rows left behind (compaction,
   # a grown database) lands in them, after a few seconds at the first rate that are not
@@ -132,10 +138,15 @@ run_etcd() {
   local rate
   for rate in $RATES; do
     echo "== etcd: ledger-load --etcd --rate $rate, $SECONDS_PER_ROW s"
+    cpu_before=$(cpu_of "${ETCD_PIDS[@]}")
     json=$("$BIN/ledger-load" --etcd --endpoints "$endpoints" --rate "$rate" \
       --clients "$RATE_IN_FLIGHT" --seconds "$SECONDS_PER_ROW" --output json)
+    cpu_after=$(cpu_of "${ETCD_PIDS[@]}")
     echo "$json" > "$BENCH_DIR/etcd-rate-$rate.json"
     ETCD_AT[$rate]=$(open_loop_fields "$json")
+    ETCD_CPU_AT[$rate]=$(cpu_note "$cpu_before" "$cpu_after" "$(echo "$json" | json_field effect.count)" \
+      "member 1,member 2,member 3" "$(echo "$json" | json_field cpu_s)" \
+      "$(echo "$json" | json_field seconds)" | total_cpu)
   done
   stop_etcd
 }
@@ -185,19 +196,24 @@ ms() { [ -n "$1" ] && python3 -c "import sys; print(f'{float(sys.argv[1]) * 1000
 run_ledger() {
   echo "== ledger: starting 3 $BENCH_PROFILE nodes (deploy/cluster.sh)"
   ledger_cluster "$BENCH_DIR/ledger" start
-  local c json per_s leader
+  local c json per_s leader pids cpu_before cpu_after
   for c in $CLIENTS; do
     echo "== ledger: $c clients, $SECONDS_PER_ROW s"
     leader=$(ledger_leader || echo 1)
+    pids=$(ledger_pids "$BENCH_DIR/ledger")
     save_metrics "$BENCH_DIR/metrics-$c-before"
+    # shellcheck disable=SC2086
+    cpu_before=$(cpu_of $pids)
     json=$(ledger_load --clients "$c" --seconds "$SECONDS_PER_ROW")
+    # shellcheck disable=SC2086
+    cpu_after=$(cpu_of $pids)
     save_metrics "$BENCH_DIR/metrics-$c-after"
     echo "$json" > "$BENCH_DIR/ledger-$c.json"
     stage_table "$BENCH_DIR/metrics-$c-before" "$BENCH_DIR/metrics-$c-after" "$leader" \
       "$(echo "$json" | json_field effect.count || echo 0)" > "$BENCH_DIR/stages-$c.md"
     STAGES="$c clients:"$'\n\n'"$(cat "$BENCH_DIR/stages-$c.md")"
     per_s=$(echo "$json" | json_field effect.per_s)
-    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures), elections $(elections_between "$BENCH_DIR/metrics-$c-before" "$BENCH_DIR/metrics-$c-after")${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms} |")
+    ROWS+=("| ledger claim+report | $c | $per_s effects/s | $(echo "$json" | json_field effect.p50_ms) | $(echo "$json" | json_field effect.p99_ms) | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | back-pressure $(echo "$json" | json_field back_pressure), failures $(echo "$json" | json_field failures), elections $(elections_between "$BENCH_DIR/metrics-$c-before" "$BENCH_DIR/metrics-$c-after")${ETCD_P99[$c]:+; etcd p99 at $c clients ${ETCD_P99[$c]} ms}; $(node_cpu_note "$leader" "$cpu_before" "$cpu_after" "$json") |")
   done
   if [ -n "$RATES" ]; then
     echo "== ledger: a fresh cluster for the rates"
@@ -212,14 +228,36 @@ run_ledger() {
   for rate in $RATES; do
     echo "== ledger: --rate $rate, $SECONDS_PER_ROW s"
     save_metrics "$BENCH_DIR/metrics-rate-$rate-before"
+    pids=$(ledger_pids "$BENCH_DIR/ledger")
+    leader=$(ledger_leader || echo 1)
+    # shellcheck disable=SC2086
+    cpu_before=$(cpu_of $pids)
     json=$(ledger_load --rate "$rate" --clients "$RATE_IN_FLIGHT" --seconds "$SECONDS_PER_ROW")
+    # shellcheck disable=SC2086
+    cpu_after=$(cpu_of $pids)
     save_metrics "$BENCH_DIR/metrics-rate-$rate-after"
+    LEDGER_CPU_AT[$rate]=$(node_cpu_note "$leader" "$cpu_before" "$cpu_after" "$json" | total_cpu)
     echo "$json" > "$BENCH_DIR/ledger-rate-$rate.json"
     LEDGER_AT[$rate]="$(open_loop_fields "$json") $(elections_between \
       "$BENCH_DIR/metrics-rate-$rate-before" "$BENCH_DIR/metrics-rate-$rate-after")"
   done
   ledger_cluster "$BENCH_DIR/ledger" stop
 }
+
+# cpu_note for a ledger row: node $1 led; $2 and $3 are the nodes' CPU times before and
+# after, $4 ledger-load's JSON.
+node_cpu_note() {
+  local labels="" n
+  for n in 1 2 3; do
+    labels+="${labels:+,}node $n"
+    [ "$n" = "$1" ] && labels+=" (leader)"
+  done
+  cpu_note "$2" "$3" "$(echo "$4" | json_field effect.count)" "$labels" \
+    "$(echo "$4" | json_field cpu_s)" "$(echo "$4" | json_field seconds)"
+}
+
+# The total of a cpu_note on stdin: "us (busy% of the cores)".
+total_cpu() { sed -n 's/.*; total \([0-9]*\) (\([0-9]*%\) of the cores)$/\1 (\2)/p'; }
 
 # "p50 p99 p999 achieved/s failures" of an open-loop run's JSON (failures counts
 # back-pressure too).
@@ -233,12 +271,12 @@ open_loop_fields() {
 # The open-loop table: etcd puts and ledger effects at each rate, side by side.
 open_loop_table() {
   local rate e l
-  echo "| offered per s | etcd put p50 / p99 / p999 ms | etcd puts/s done | ledger effect p50 / p99 / p999 ms | ledger effects/s done | ledger p99 / etcd p99 | failed calls etcd / ledger | ledger elections |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| offered per s | etcd put p50 / p99 / p999 ms | etcd puts/s done | ledger effect p50 / p99 / p999 ms | ledger effects/s done | ledger p99 / etcd p99 | failed calls etcd / ledger | ledger elections | CPU us per put / per effect (cores busy) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for rate in $RATES; do
     read -r -a e <<< "${ETCD_AT[$rate]:-? ? ? ? ?}"
     read -r -a l <<< "${LEDGER_AT[$rate]:-? ? ? ? ? ?}"
-    echo "| $rate | ${e[0]} / ${e[1]} / ${e[2]} | ${e[3]} | ${l[0]} / ${l[1]} / ${l[2]} | ${l[3]} | $(p99_ratio "${l[1]}" "${e[1]}") | ${e[4]} / ${l[4]} | ${l[5]} |"
+    echo "| $rate | ${e[0]} / ${e[1]} / ${e[2]} | ${e[3]} | ${l[0]} / ${l[1]} / ${l[2]} | ${l[3]} | $(p99_ratio "${l[1]}" "${e[1]}") | ${e[4]} / ${l[4]} | ${l[5]} | ${ETCD_CPU_AT[$rate]:-?} / ${LEDGER_CPU_AT[$rate]:-?} |"
   done
 }
 

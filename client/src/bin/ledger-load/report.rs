@@ -175,6 +175,9 @@ pub struct Summary {
     pub preload: Option<Preloaded>,
     /// Wall time of the claim + report phase.
     pub effects_s: f64,
+    /// The load generator's own CPU time (every thread) during that phase; NaN when
+    /// unknown.
+    pub cpu_s: f64,
     /// Wall time of the reference phase.
     pub reference_s: f64,
 }
@@ -256,6 +259,18 @@ impl Summary {
                 name, r.count, r.per_s, r.p50_ms, r.p99_ms, r.p999_ms
             );
         }
+        let done = s.effect.len() as f64;
+        if self.cpu_s.is_finite() && done > 0.0 {
+            println!(
+                "\nload generator CPU: {:.2} s, {:.1} us per {}",
+                self.cpu_s,
+                self.cpu_s * 1e6 / done,
+                match self.target {
+                    Target::Ledger => "effect",
+                    Target::Etcd => "put",
+                }
+            );
+        }
         print_failures(s);
     }
 
@@ -270,6 +285,7 @@ impl Summary {
             "clients": self.clients,
             "rate": self.rate,
             "seconds": round2(self.effects_s),
+            "cpu_s": self.cpu_s.is_finite().then(|| round2(self.cpu_s)),
             "nodes": self.nodes,
             "preload": self.preload.as_ref().map(|p| json!({
                 "records": p.records,
