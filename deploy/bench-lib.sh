@@ -124,7 +124,7 @@ if not done or len(used) != len(labels):
     print("CPU n/a")
     sys.exit()
 each = ", ".join(f"{l} {1e6 * u / done:.0f}" for l, u in zip(labels, used))
-busy = 100 * sum(used) / (wall * os.cpu_count()) if wall else 0
+busy = 100 * sum(used) / (wall * len(os.sched_getaffinity(0))) if wall else 0
 print(f"CPU us per operation: {each}; total {1e6 * sum(used) / done:.0f} ({busy:.0f}% of the cores)")
 EOF_PY
 }
