@@ -122,7 +122,7 @@ run_etcd() {
     echo "$json" > "$BENCH_DIR/etcd-$c.json"
     per_s=$(echo "$json" | json_field effect.per_s)
     ETCD_P99[$c]=$(echo "$json" | json_field effect.p99_ms)
-    ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures); $(cpu_note "$cpu_before" "$cpu_after" "$(echo "$json" | json_field effect.count)" "member 1,member 2,member 3" "$(echo "$json" | json_field cpu_s)" "$(echo "$json" | json_field seconds)") |")
+    ROWS+=("| etcd 3.4 put (\`ledger-load --etcd\`) | $c | $per_s writes/s | $(echo "$json" | json_field effect.p50_ms) | ${ETCD_P99[$c]} | $(echo "$json" | json_field effect.p999_ms) | $(ratio "$per_s") | failures $(echo "$json" | json_field failures); $(run_cpu_note "member 1,member 2,member 3" "$cpu_before" "$cpu_after" "$json") |")
   done
   # The rates on fresh members, so that nothing the client rows left behind (compaction,
   # a grown database) lands in them, after a few seconds at the first rate that are not
@@ -144,9 +144,8 @@ run_etcd() {
     cpu_after=$(cpu_of "${ETCD_PIDS[@]}")
     echo "$json" > "$BENCH_DIR/etcd-rate-$rate.json"
     ETCD_AT[$rate]=$(open_loop_fields "$json")
-    ETCD_CPU_AT[$rate]=$(cpu_note "$cpu_before" "$cpu_after" "$(echo "$json" | json_field effect.count)" \
-      "member 1,member 2,member 3" "$(echo "$json" | json_field cpu_s)" \
-      "$(echo "$json" | json_field seconds)" | total_cpu)
+    ETCD_CPU_AT[$rate]=$(run_cpu_note "member 1,member 2,member 3" "$cpu_before" "$cpu_after" \
+      "$json" | total_cpu)
   done
   stop_etcd
 }
@@ -244,16 +243,22 @@ run_ledger() {
   ledger_cluster "$BENCH_DIR/ledger" stop
 }
 
-# cpu_note for a ledger row: node $1 led; $2 and $3 are the nodes' CPU times before and
-# after, $4 ledger-load's JSON.
+# cpu_note for one ledger-load run: the processes labelled $1 (comma-separated) had CPU
+# times $2 before and $3 after it, $4 is its JSON.
+run_cpu_note() {
+  cpu_note "$2" "$3" "$(echo "$4" | json_field effect.count)" "$1" \
+    "$(echo "$4" | json_field cpu_s)" "$(echo "$4" | json_field seconds)"
+}
+
+# run_cpu_note for a ledger row: node $1 led; $2 and $3 are the nodes' CPU times before
+# and after, $4 ledger-load's JSON.
 node_cpu_note() {
   local labels="" n
   for n in 1 2 3; do
     labels+="${labels:+,}node $n"
     [ "$n" = "$1" ] && labels+=" (leader)"
   done
-  cpu_note "$2" "$3" "$(echo "$4" | json_field effect.count)" "$labels" \
-    "$(echo "$4" | json_field cpu_s)" "$(echo "$4" | json_field seconds)"
+  run_cpu_note "$labels" "$2" "$3" "$4"
 }
 
 # The total of a cpu_note on stdin: "us (busy% of the cores)".

@@ -30,7 +30,6 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tonic::transport::Channel;
 
 use ledger_core::{Command, Outcome};
-use ledger_proto::pb;
 use ledger_proto::pb::raft_client::RaftClient;
 use ledger_raft_store::Raft;
 
@@ -98,9 +97,7 @@ impl Route {
         let mut client = RaftClient::<Channel>::new(channel)
             .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
-        let message = pb::RaftMessage {
-            payload: wire::encode(request),
-        };
+        let message = wire::message(request);
         let call = client.forward(with_secret(message, &self.channels.cluster_secret()));
         let response = tokio::time::timeout(Duration::from_millis(FORWARD_TIMEOUT_MS), call)
             .await

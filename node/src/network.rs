@@ -211,9 +211,7 @@ impl PeerClient {
         F: FnOnce(RaftClient<Channel>, tonic::Request<pb::RaftMessage>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<pb::RaftMessage>, tonic::Status>>,
     {
-        let message = pb::RaftMessage {
-            payload: wire::encode(request),
-        };
+        let message = wire::message(request);
         let fut = call(
             self.client(channels)?,
             with_secret(message, &channels.cluster_secret()),
@@ -551,9 +549,7 @@ impl PeerClient {
         let (input, abort) = futures::stream::abortable(input);
         let guard = InputGuard(abort);
         let requests = input.map(move |rpc| {
-            let message = pb::RaftMessage {
-                payload: wire::encode(&rpc),
-            };
+            let message = wire::message(&rpc);
             locked(&sending).push_back((Stopwatch::start(), !rpc.entries.is_empty()));
             message
         });
@@ -660,9 +656,7 @@ mod tests {
                 assert_eq!(at_once, 1, "a call was sent before the last was answered");
                 let answer: Result<AppendEntriesResponse<C>, String> =
                     Ok(AppendEntriesResponse::Success);
-                Ok(Response::new(pb::RaftMessage {
-                    payload: wire::encode(&answer),
-                }))
+                Ok(Response::new(wire::message(&answer)))
             }
             type AppendStreamStream =
                 futures::stream::BoxStream<'static, Result<pb::RaftMessage, Status>>;

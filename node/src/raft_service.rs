@@ -80,14 +80,16 @@ fn wrong_secret() -> Status {
 }
 
 fn decode<T: DeserializeOwned>(request: Request<pb::RaftMessage>) -> Result<T, Status> {
-    wire::decode(&request.into_inner().payload)
+    decode_message(&request.into_inner())
+}
+
+fn decode_message<T: DeserializeOwned>(message: &pb::RaftMessage) -> Result<T, Status> {
+    wire::decode(&message.payload)
         .map_err(|e| Status::invalid_argument(format!("undecodable payload: {e}")))
 }
 
 fn reply<T: Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, Status> {
-    Ok(Response::new(pb::RaftMessage {
-        payload: wire::encode(value),
-    }))
+    Ok(Response::new(wire::message(value)))
 }
 
 /// A Raft result as sent back: the error as text, since a peer only needs to know it failed.
@@ -148,8 +150,7 @@ impl pb::raft_server::Raft for RaftService {
                     if !node.security.credentials().is_cluster_secret(&offered) {
                         return Err(wrong_secret());
                     }
-                    wire::decode::<AppendEntriesRequest<C>>(&m.payload)
-                        .map_err(|e| Status::invalid_argument(format!("undecodable payload: {e}")))
+                    decode_message::<AppendEntriesRequest<C>>(&m)
                 });
                 futures::future::ready(match decoded {
                     Ok(rpc) => {
@@ -168,9 +169,7 @@ impl pb::raft_server::Raft for RaftService {
                 metrics::histogram!(APPEND_SERVED_SECONDS).record(started.elapsed());
             }
             match answer {
-                Ok(result) => Ok(pb::RaftMessage {
-                    payload: wire::encode(&result),
-                }),
+                Ok(result) => Ok(wire::message(&result)),
                 Err(fatal) => Err(Status::unavailable(format!("raft stopped: {fatal}"))),
             }
         });

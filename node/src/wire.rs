@@ -12,6 +12,8 @@ use ledger_core::{
     Command, EffectKey, EffectRecord, EffectState, ListQuery, Outcome, TenantConfig,
 };
 
+use ledger_proto::pb;
+
 use crate::ledger_time::PeerClocks;
 
 /// Largest payload decoded from a peer.
@@ -26,6 +28,13 @@ enum Envelope<T> {
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(Envelope::V1(value), config())
         .expect("encoding into memory cannot fail")
+}
+
+/// `value` as a message of the internal service.
+pub fn message<T: Serialize>(value: &T) -> pb::RaftMessage {
+    pb::RaftMessage {
+        payload: encode(value),
+    }
 }
 
 /// Decodes a payload from a peer.

@@ -111,8 +111,9 @@ impl RocksDisk {
 /// generator, at normal priority a flush or a compaction took the cores from the Raft
 /// and gRPC threads in bursts, and the callers of that moment waited for it (measured on
 /// a 2-core machine: the p999 of an effect at 2,000 a second fell from 68-162 ms to
-/// 41-67). Starved for long, a flush only holds up writes, which then leave the cores to
-/// it. The environment is the process's default one, so this holds for every database the
+/// 41-67). What a starved flush or compaction holds up in turn (RocksDB's mutex, write
+/// stalls, the Raft log's appends) is in `docs/design.md`, "The ledger on disk". The
+/// environment is the process's default one, so this holds for every database the
 /// process opens.
 fn background_env() -> Result<Env, DiskError> {
     let mut env = Env::new().map_err(engine)?;
@@ -284,21 +285,25 @@ fn op_bytes(op: &WriteOp) -> usize {
 mod tests {
     use super::*;
 
+    /// The niceness of the thread whose `/proc` folder is `task`.
+    fn nice(task: &std::path::Path) -> i64 {
+        let stat = std::fs::read_to_string(task.join("stat")).expect("stat");
+        // After the parenthesised name: state is field 3, nice field 19.
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("name") + 2..]
+            .split(' ')
+            .collect();
+        fields[16].parse().expect("nice")
+    }
+
     /// The niceness of each of this process's threads whose name starts with `prefix`.
     fn niceness(prefix: &str) -> Vec<i64> {
         let mut found = Vec::new();
         for task in std::fs::read_dir("/proc/self/task").expect("threads") {
             let path = task.expect("thread").path();
             let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-            if !name.starts_with(prefix) {
-                continue;
+            if name.starts_with(prefix) {
+                found.push(nice(&path));
             }
-            let stat = std::fs::read_to_string(path.join("stat")).expect("stat");
-            // After the parenthesised name: state is field 3, nice field 19.
-            let fields: Vec<&str> = stat[stat.rfind(')').expect("name") + 2..]
-                .split(' ')
-                .collect();
-            found.push(fields[16].parse().expect("nice"));
         }
         found
     }
@@ -307,8 +312,7 @@ mod tests {
     fn flushes_and_compactions_run_at_the_lowest_cpu_priority() {
         // The pools' threads inherit the process's niceness: run at 19 already, this test
         // could not tell the change from its absence.
-        // SAFETY: `getpriority` reads a number; 0 is the calling thread.
-        let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let own = nice(std::path::Path::new("/proc/thread-self"));
         assert!(own < 19, "run the tests below niceness 19 (now {own})");
         let dir = tempfile::tempdir().expect("temp dir");
         let disk = RocksDisk::open(dir.path()).expect("open");
