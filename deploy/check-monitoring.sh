@@ -24,13 +24,13 @@ import json, pathlib, re, sys
 d = pathlib.Path(sys.argv[1])
 exported = set()
 for src in list(pathlib.Path("node/src").rglob("*.rs")) + list(pathlib.Path("raft-store/src").rglob("*.rs")):
-    exported |= set(re.findall(r'"(ledger_[a-z_]+)"', src.read_text()))
+    exported |= set(re.findall(r'"(ledger_[a-z0-9_]+)"', src.read_text()))
 dashboard = json.loads((d / "dashboard.json").read_text())
 exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
 exprs.append((d / "alerts.yml").read_text())
 named = set()
 for e in exprs:
-    named |= set(re.findall(r"\bledger_[a-z_]+", e))
+    named |= set(re.findall(r"\bledger_[a-z0-9_]+", e))
 def base(name):
     for suffix in ("_sum", "_count", "_bucket"):
         if name.endswith(suffix) and name[: -len(suffix)] in exported:

@@ -1,8 +1,9 @@
 //! Gauges of a node's state, sampled once a second for Prometheus: its Raft view (role,
-//! term, leader, log, commit, apply, snapshot and purge positions, readiness) and the
+//! term, leader, log, commit, apply, snapshot and purge positions, readiness), the
 //! ledger it has applied (records by state, tombstones, remembered command ids; every ten
-//! seconds, the open escalations and the oldest one's age). Only a node with a metrics
-//! endpoint samples them.
+//! seconds, the open escalations and the oldest one's age) and its storage engine
+//! (writes stopped or delayed, the compaction backlog, memtables, table files, block
+//! cache). Only a node with a metrics endpoint samples them.
 
 use std::time::Duration;
 
@@ -47,6 +48,23 @@ pub const REMEMBERED_COMMANDS: &str = "ledger_remembered_commands";
 pub const ESCALATIONS_OPEN: &str = "ledger_escalations_open";
 /// How long the oldest open escalation has waited (ledger time), 0 when none.
 pub const ESCALATION_OLDEST_AGE: &str = "ledger_escalation_oldest_age_seconds";
+
+/// 1 while the storage engine stops writes until its flushes or compactions catch up.
+pub const STORAGE_WRITES_STOPPED: &str = "ledger_storage_writes_stopped";
+/// Bytes a second the storage engine holds writes to while it delays them; 0 when not.
+pub const STORAGE_DELAYED_WRITE_RATE: &str = "ledger_storage_delayed_write_rate_bytes";
+/// Bytes compaction has yet to rewrite, by `keyspace`.
+pub const STORAGE_PENDING_COMPACTION: &str = "ledger_storage_pending_compaction_bytes";
+/// Table files in level 0, by `keyspace`.
+pub const STORAGE_LEVEL0_FILES: &str = "ledger_storage_level0_files";
+/// Bytes in memtables, by `keyspace`.
+pub const STORAGE_MEMTABLE: &str = "ledger_storage_memtable_bytes";
+/// Bytes of live table files, by `keyspace`.
+pub const STORAGE_TABLE_FILES: &str = "ledger_storage_table_file_bytes";
+/// Bytes in the block cache.
+pub const STORAGE_BLOCK_CACHE: &str = "ledger_storage_block_cache_bytes";
+/// Flushes and compactions running, by `job`.
+pub const STORAGE_RUNNING_JOBS: &str = "ledger_storage_running_jobs";
 
 /// Samples between two readings of the escalations (each reads every open one).
 const ESCALATIONS_EVERY: u32 = 10;
@@ -106,10 +124,52 @@ const ROLES: [(ServerState, &str); 4] = [
     (ServerState::Learner, "learner"),
 ];
 
+const STORAGE_DESCRIPTIONS: [(&str, Unit, &str); 8] = [
+    (
+        STORAGE_WRITES_STOPPED,
+        Unit::Count,
+        "1 while the storage engine stops writes until flushes or compactions catch up",
+    ),
+    (
+        STORAGE_DELAYED_WRITE_RATE,
+        Unit::Bytes,
+        "bytes a second the storage engine holds writes to while it delays them, 0 when not",
+    ),
+    (
+        STORAGE_PENDING_COMPACTION,
+        Unit::Bytes,
+        "bytes compaction estimates it has yet to rewrite, by keyspace",
+    ),
+    (
+        STORAGE_LEVEL0_FILES,
+        Unit::Count,
+        "table files in level 0, by keyspace",
+    ),
+    (
+        STORAGE_MEMTABLE,
+        Unit::Bytes,
+        "bytes in memtables, by keyspace",
+    ),
+    (
+        STORAGE_TABLE_FILES,
+        Unit::Bytes,
+        "bytes of live table files on disk, by keyspace",
+    ),
+    (STORAGE_BLOCK_CACHE, Unit::Bytes, "bytes in the block cache"),
+    (
+        STORAGE_RUNNING_JOBS,
+        Unit::Count,
+        "storage flushes and compactions running, by job",
+    ),
+];
+
 /// Describes the gauges to the installed recorder.
 pub fn describe() {
     for (name, help) in DESCRIPTIONS {
         metrics::describe_gauge!(name, Unit::Count, help);
+    }
+    for (name, unit, help) in STORAGE_DESCRIPTIONS {
+        metrics::describe_gauge!(name, unit, help);
     }
 }
 
@@ -117,6 +177,7 @@ pub fn describe() {
 pub async fn sample(node: LedgerNode) {
     for round in 0u32.. {
         sample_once(&node);
+        sample_storage(&node).await;
         if round % ESCALATIONS_EVERY == 0 {
             sample_escalations(&node);
         }
@@ -164,5 +225,34 @@ fn sample_once(node: &LedgerNode) {
         }
         metrics::gauge!(TOMBSTONES).set(tombstones as f64);
         metrics::gauge!(REMEMBERED_COMMANDS).set(commands as f64);
+    }
+}
+
+async fn sample_storage(node: &LedgerNode) {
+    // RocksDB answers most of these under its database mutex, which a flush or a
+    // compaction may hold: off the async workers.
+    let disk = node.disk.clone();
+    let stats = match ledger_raft_store::blocking(move || disk.engine_stats()).await {
+        Ok(Some(stats)) => stats,
+        // An engine in memory has nothing to say.
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!("cannot read the storage engine's statistics: {e}");
+            return;
+        }
+    };
+    metrics::gauge!(STORAGE_WRITES_STOPPED).set(f64::from(u8::from(stats.writes_stopped)));
+    metrics::gauge!(STORAGE_DELAYED_WRITE_RATE).set(stats.delayed_write_rate as f64);
+    metrics::gauge!(STORAGE_BLOCK_CACHE).set(stats.block_cache_bytes as f64);
+    metrics::gauge!(STORAGE_RUNNING_JOBS, "job" => "flush").set(stats.running_flushes as f64);
+    metrics::gauge!(STORAGE_RUNNING_JOBS, "job" => "compaction")
+        .set(stats.running_compactions as f64);
+    for (space, s) in stats.keyspaces {
+        let keyspace = space.name();
+        metrics::gauge!(STORAGE_PENDING_COMPACTION, "keyspace" => keyspace)
+            .set(s.pending_compaction_bytes as f64);
+        metrics::gauge!(STORAGE_LEVEL0_FILES, "keyspace" => keyspace).set(s.level0_files as f64);
+        metrics::gauge!(STORAGE_MEMTABLE, "keyspace" => keyspace).set(s.memtable_bytes as f64);
+        metrics::gauge!(STORAGE_TABLE_FILES, "keyspace" => keyspace).set(s.sst_bytes as f64);
     }
 }

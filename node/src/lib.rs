@@ -38,6 +38,8 @@
 pub mod admin_service;
 pub mod admission;
 pub mod auth;
+#[cfg(not(madsim))]
+mod cert_dates;
 pub mod clock;
 pub mod config;
 pub mod credentials;
@@ -157,7 +159,7 @@ pub async fn start_with_clock(
     disk: DiskRef,
     clock: ClockRef,
 ) -> Result<LedgerNode, RunError> {
-    let (log_store, state_machine) = ledger_raft_store::open(disk).await?;
+    let (log_store, state_machine) = ledger_raft_store::open(disk.clone()).await?;
     let reader = state_machine.reader();
     let logged_ms = log_store.latest_stamp().await?.map_or(0, |s| s.ledger_ms);
     let time =
@@ -180,6 +182,7 @@ pub async fn start_with_clock(
         config.node_id,
         raft,
         reader,
+        disk,
         time,
         proposer,
         admission::Admission::new(&config.proposer),

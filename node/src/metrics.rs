@@ -41,6 +41,7 @@ impl Stopwatch {
 /// When (Unix time, s) the node's TLS certificate in force (or an intermediate in its
 /// file) expires; set at start and at every reload, absent without TLS. The CA's own
 /// dates are not in it: rustls keeps a trust anchor's key and name, not its validity.
+/// For a certificate that does not verify against the client CA, its own `notAfter`.
 pub const TLS_VALID_UNTIL_SECONDS: &str = "ledger_tls_certificate_valid_until_seconds";
 
 /// Seconds a command waits in the leader's proposer queue until its batch is proposed.

@@ -29,7 +29,7 @@ use openraft::ReadPolicy;
 use tonic::transport::Channel;
 
 use ledger_core::{Command, Outcome};
-use ledger_raft_store::{LedgerReader, Raft};
+use ledger_raft_store::{DiskRef, LedgerReader, Raft};
 
 use crate::admission::Admission;
 use crate::error::NodeError;
@@ -59,6 +59,8 @@ pub struct LedgerNode {
     pub raft: Raft,
     /// Read access to the applied state.
     pub reader: LedgerReader,
+    /// The disk Raft's log and the state live on (read for the storage gauges).
+    pub disk: DiskRef,
     /// Ledger time on this node: what stamps commands and judges what is due.
     pub time: LedgerTime,
     proposer: Proposer,
@@ -82,6 +84,7 @@ impl LedgerNode {
         id: u64,
         raft: Raft,
         reader: LedgerReader,
+        disk: DiskRef,
         time: LedgerTime,
         proposer: Proposer,
         admission: Admission,
@@ -93,6 +96,7 @@ impl LedgerNode {
             id,
             raft,
             reader,
+            disk,
             time,
             proposer,
             admission,

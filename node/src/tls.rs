@@ -29,6 +29,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
+use crate::cert_dates;
 use crate::config::TlsSettings;
 
 /// Longest a TLS handshake on the listener may take.
@@ -148,8 +149,8 @@ impl Loaded {
         // and may be meant to (a single node); peers would refuse it, which is said.
         // Certificates are judged by the wall clock, as rustls judges every handshake.
         let now = rustls::pki_types::UnixTime::now();
-        let valid_until_s = match valid_until(verifier.as_ref(), &chain, now) {
-            Ok(s) => Some(s),
+        let (valid_until_s, verified) = match valid_until(verifier.as_ref(), &chain, now) {
+            Ok(s) => (Some(s), true),
             Err(e) if outside_its_dates(&e) => {
                 return Err(TlsError(format!(
                     "{} is not valid now: {e}",
@@ -163,7 +164,10 @@ impl Loaded {
                     settings.cert_file.display(),
                     settings.client_ca_file.display()
                 );
-                None
+                // The verifier judged its own dates first (they cover now); with no
+                // verified chain, its own end is what is known of when it expires.
+                let not_after = cert_dates::not_after(&chain[0]);
+                (not_after.and_then(|s| u64::try_from(s).ok()), false)
             }
         };
         let fingerprint = ledger_core::intent::hex(&Sha256::digest(&chain[0]));
@@ -187,10 +191,12 @@ impl Loaded {
         Endpoint::from_static("https://localhost")
             .tls_config(peer_client.clone())
             .map_err(|e| TlsError(format!("client side of TLS: {e}")))?;
-        let validity = valid_until_s.map_or("not verified".into(), |s| {
-            let days = s.saturating_sub(now.as_secs()) / (24 * 60 * 60);
-            format!("valid for {days} more days")
-        });
+        let days = |s: u64| s.saturating_sub(now.as_secs()) / (24 * 60 * 60);
+        let validity = match (valid_until_s, verified) {
+            (Some(s), true) => format!("valid for {} more days", days(s)),
+            (Some(s), false) => format!("not verified; its own dates end in {} days", days(s)),
+            (None, _) => "not verified".into(),
+        };
         let summary = format!(
             "certificate {} (SHA-256 {fingerprint}, {validity}), key {}, client CA {}, client \
              certificates {}",

@@ -272,8 +272,8 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 /// Every node serves its stage times for Prometheus: the leader's proposer queue, Raft
 /// writes, batch sizes and replication round trips per follower; every node's log writes,
 /// syncs and applies; the calls each node served, by command and result; outcomes and
-/// refusals by kind; the sweeper's expiries; and gauges of its Raft view and of the
-/// records it holds by state.
+/// refusals by kind; the sweeper's expiries; and gauges of its Raft view, of the
+/// records it holds by state and of its storage engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_where_a_commands_time_goes() {
     let cluster = ProcessCluster::start(3);
@@ -359,6 +359,27 @@ async fn metrics_show_where_a_commands_time_goes() {
     assert_eq!(at("ledger_tombstones"), Some(0.0));
     assert_eq!(at("ledger_escalations_open"), Some(0.0));
     assert_eq!(at("ledger_escalation_oldest_age_seconds"), Some(0.0));
+    // The storage engine's own account, writes flowing. The other gauges are exported
+    // for every keyspace; what their values follow is `raft-store`'s test of
+    // `engine_stats` on RocksDB.
+    assert_eq!(at("ledger_storage_writes_stopped"), Some(0.0), "{page}");
+    assert_eq!(at("ledger_storage_delayed_write_rate_bytes"), Some(0.0));
+    for keyspace in ["log", "meta", "state"] {
+        for gauge in [
+            "ledger_storage_memtable_bytes",
+            "ledger_storage_pending_compaction_bytes",
+            "ledger_storage_level0_files",
+            "ledger_storage_table_file_bytes",
+        ] {
+            let series = format!(r#"{gauge}{{keyspace="{keyspace}"}}"#);
+            assert!(at(&series).is_some(), "{series}:\n{page}");
+        }
+    }
+    assert!(at("ledger_storage_block_cache_bytes").is_some());
+    for job in ["flush", "compaction"] {
+        let series = format!(r#"ledger_storage_running_jobs{{job="{job}"}}"#);
+        assert!(at(&series).is_some(), "{series}:\n{page}");
+    }
     assert!(
         at(r#"ledger_outcomes_total{command="claim",outcome="proceed"}"#)
             .is_some_and(|n| n >= (EFFECTS + 1) as f64),

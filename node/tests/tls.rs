@@ -237,10 +237,29 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
         "{page}"
     );
 
-    // One from another CA is within its dates: it is put in force (a single node may mean
-    // it), with a warning that peers checking it against the client CA will refuse it.
+    // One from another CA that has expired is refused as well: the verifier judges a
+    // certificate's own dates before it looks for its issuer.
     let other_ca = Ca::new("another CA");
-    let foreign = other_ca.leaf("node1", Validity::Current);
+    Ca::write(
+        &other_ca.leaf("node1", Validity::Expired),
+        pki.path(),
+        "node1",
+    );
+    cluster.hangup(0);
+    wait_until(
+        "the node refuses the expired foreign certificate",
+        10_000,
+        || async { cluster.log(0).matches("is not valid now").count() == 2 },
+    )
+    .await;
+    assert_eq!(
+        served_certificate(&addr, &ca.pem).await,
+        Some(first.clone())
+    );
+    // One within its dates is put in force (a single node may mean it), with a warning
+    // that peers checking it against the client CA will refuse it; with no verified
+    // chain, the gauge follows its own notAfter (2080-01-01T00:00:00Z).
+    let foreign = other_ca.leaf("node1", Validity::Until(2080));
     Ca::write(&foreign, pki.path(), "node1");
     reload_and_wait_for_log(
         &cluster,
@@ -251,6 +270,16 @@ async fn a_certificate_replaced_at_sighup_is_served_to_new_connections() {
         "the node serves the foreign certificate",
         10_000,
         || async { served_certificate(&addr, &other_ca.pem).await.as_ref() == Some(&foreign.der) },
+    )
+    .await;
+    wait_until(
+        "the gauge shows the foreign certificate's expiry",
+        10_000,
+        || async {
+            cluster.scrape(0).is_ok_and(|page| {
+                page.contains("ledger_tls_certificate_valid_until_seconds 3471292800")
+            })
+        },
     )
     .await;
 

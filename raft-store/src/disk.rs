@@ -240,6 +240,49 @@ pub trait Disk: Send + Sync + 'static {
     /// A read-only view of `space` as it is now, unchanged by later writes; snapshots are
     /// streamed from one while writes go on.
     fn view(&self, space: Keyspace) -> Result<Box<dyn DiskView>, DiskError>;
+
+    /// What the engine says about its own state now, for the node's gauges; `None` from
+    /// an engine with nothing to say (one in memory).
+    fn engine_stats(&self) -> Result<Option<EngineStats>, DiskError> {
+        Ok(None)
+    }
+}
+
+/// A storage engine's account of itself: whether it is holding writes back while its
+/// flushes and compactions catch up, how far behind those are, and what it keeps in
+/// memory and on disk. Read from RocksDB's properties (`rocksdb.is-write-stopped` and
+/// the like), each a value of the moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Writes wait until flushes or compactions bring the engine back under its limits
+    /// (too many memtables, level-0 files or bytes waiting for compaction).
+    pub writes_stopped: bool,
+    /// The rate, in bytes a second, writes are slowed to while they are delayed (the step
+    /// before stopping them); 0 when they are not.
+    pub delayed_write_rate: u64,
+    /// Bytes in the block cache (shared by every keyspace).
+    pub block_cache_bytes: u64,
+    /// Flushes running.
+    pub running_flushes: u64,
+    /// Compactions running.
+    pub running_compactions: u64,
+    /// Per keyspace, in [`Keyspace::ALL`]'s order.
+    pub keyspaces: Vec<(Keyspace, KeyspaceStats)>,
+}
+
+/// [`EngineStats`] of one keyspace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyspaceStats {
+    /// Bytes in memtables (the active one and those waiting to be flushed).
+    pub memtable_bytes: u64,
+    /// Bytes of the keyspace's live table files on disk.
+    pub sst_bytes: u64,
+    /// Table files in level 0: too many slow reads down, and writes are delayed, then
+    /// stopped.
+    pub level0_files: u64,
+    /// Bytes compaction estimates it must rewrite to bring every level under its target
+    /// size: the backlog that delays, then stops, writes when it grows too large.
+    pub pending_compaction_bytes: u64,
 }
 
 /// A frozen, point-in-time view of one keyspace (see [`Disk::view`]).

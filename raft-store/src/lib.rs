@@ -46,7 +46,10 @@ pub mod types;
 pub use backup::{restore, Restored};
 #[cfg(not(madsim))]
 pub use disk::RocksDisk;
-pub use disk::{Disk, DiskError, DiskRef, Keyspace, RocksOptions, SimDisk, WriteBatch};
+pub use disk::{
+    Disk, DiskError, DiskRef, EngineStats, Keyspace, KeyspaceStats, RocksOptions, SimDisk,
+    WriteBatch,
+};
 pub use error::StoreError;
 pub use ledger_store::DiskStore;
 pub use log_store::RaftLogStore;

@@ -32,6 +32,8 @@ pub enum Validity {
     Current,
     /// During 2000 only.
     Expired,
+    /// From 2000 to the first day of the given year.
+    Until(i32),
 }
 
 impl Ca {
@@ -66,6 +68,7 @@ impl Ca {
         params.not_after = match validity {
             Validity::Current => date_time_ymd(2099, 12, 31),
             Validity::Expired => date_time_ymd(2001, 1, 1),
+            Validity::Until(year) => date_time_ymd(year, 1, 1),
         };
         let key = KeyPair::generate().expect("leaf key");
         let cert = params.signed_by(&key, &self.issuer).expect("signed leaf");

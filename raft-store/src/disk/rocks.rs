@@ -14,7 +14,10 @@ use rocksdb::{
     SingleThreaded, SnapshotWithThreadMode,
 };
 
-use super::{Disk, DiskError, DiskView, KeyValue, Keyspace, RocksOptions, WriteBatch, WriteOp};
+use super::{
+    Disk, DiskError, DiskView, EngineStats, KeyValue, Keyspace, KeyspaceStats, RocksOptions,
+    WriteBatch, WriteOp,
+};
 
 /// Named explicitly: the `multi-threaded-cf` feature, if another crate enabled it, would
 /// change what `rocksdb::DB` means. Column families are all created at open, so the
@@ -267,6 +270,51 @@ impl Disk for RocksDisk {
         family(&self.db, space)?;
         Ok(Box::new(RocksView::new(self.db.clone(), space)))
     }
+
+    fn engine_stats(&self) -> Result<Option<EngineStats>, DiskError> {
+        use rocksdb::properties as p;
+        let mut keyspaces = Vec::new();
+        for space in Keyspace::ALL {
+            let family = Some(self.family(space)?);
+            let stats = KeyspaceStats {
+                memtable_bytes: property(&self.db, family, p::CUR_SIZE_ALL_MEM_TABLES)?,
+                sst_bytes: property(&self.db, family, p::LIVE_SST_FILES_SIZE)?,
+                level0_files: property(&self.db, family, &p::num_files_at_level(0))?,
+                pending_compaction_bytes: property(
+                    &self.db,
+                    family,
+                    p::ESTIMATE_PENDING_COMPACTION_BYTES,
+                )?,
+            };
+            keyspaces.push((space, stats));
+        }
+        // The cache is the one every keyspace was opened with; the database's own
+        // property would read the unused default column family's.
+        let state = Some(self.family(Keyspace::State)?);
+        Ok(Some(EngineStats {
+            writes_stopped: property(&self.db, None, p::IS_WRITE_STOPPED)? != 0,
+            delayed_write_rate: property(&self.db, None, p::ACTUAL_DELAYED_WRITE_RATE)?,
+            block_cache_bytes: property(&self.db, state, p::BLOCK_CACHE_USAGE)?,
+            running_flushes: property(&self.db, None, p::NUM_RUNNING_FLUSHES)?,
+            running_compactions: property(&self.db, None, p::NUM_RUNNING_COMPACTIONS)?,
+            keyspaces,
+        }))
+    }
+}
+
+/// RocksDB's integer property `name`, of `family` or of the whole database; 0 when
+/// RocksDB does not keep it.
+fn property(
+    db: &Db,
+    family: Option<&ColumnFamily>,
+    name: &rocksdb::properties::PropName,
+) -> Result<u64, DiskError> {
+    match family {
+        Some(family) => db.property_int_value_cf(family, name),
+        None => db.property_int_value(name),
+    }
+    .map(Option::unwrap_or_default)
+    .map_err(engine)
 }
 
 /// About what `op` takes in RocksDB's batch buffer: its keys and value, with a few bytes
@@ -306,6 +354,71 @@ mod tests {
             }
         }
         found
+    }
+
+    fn stats_of(disk: &RocksDisk, space: Keyspace) -> KeyspaceStats {
+        let stats = disk
+            .engine_stats()
+            .expect("stats")
+            .expect("RocksDB has stats");
+        let found = stats.keyspaces.iter().find(|(s, _)| *s == space);
+        found.expect("every keyspace").1
+    }
+
+    #[test]
+    fn engine_stats_follow_memtables_table_files_and_write_stalls() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let disk = RocksDisk::open(dir.path()).expect("open");
+        let state = disk.family(Keyspace::State).expect("family");
+        let stats = disk
+            .engine_stats()
+            .expect("stats")
+            .expect("RocksDB has stats");
+        let spaces: Vec<Keyspace> = stats.keyspaces.iter().map(|(s, _)| *s).collect();
+        assert_eq!(spaces, Keyspace::ALL);
+        assert!(!stats.writes_stopped);
+        assert_eq!(stats.delayed_write_rate, 0);
+        // Writes stall once level 0 holds 2 files (delayed) and 3 (stopped): what a
+        // compaction that cannot keep up leads to, here with compaction held off until
+        // level 0 has 10 files.
+        disk.db
+            .set_options_cf(
+                state,
+                &[
+                    ("level0_file_num_compaction_trigger", "10"),
+                    ("level0_slowdown_writes_trigger", "2"),
+                    ("level0_stop_writes_trigger", "3"),
+                ],
+            )
+            .expect("options");
+        for files in 1u64..=3 {
+            let mut batch = WriteBatch::new();
+            for i in 0u8..100 {
+                batch.put(Keyspace::State, vec![files as u8, i], vec![i; 1000]);
+            }
+            disk.write(batch).expect("write");
+            let before = stats_of(&disk, Keyspace::State);
+            assert!(before.memtable_bytes >= 100_000, "{before:?}");
+            disk.db.flush_cf(state).expect("flush");
+            let after = stats_of(&disk, Keyspace::State);
+            assert_eq!(after.level0_files, files, "{after:?}");
+            assert!(after.sst_bytes > 0, "{after:?}");
+            assert!(after.memtable_bytes < before.memtable_bytes, "{after:?}");
+            let stats = disk
+                .engine_stats()
+                .expect("stats")
+                .expect("RocksDB has stats");
+            assert_eq!(stats.writes_stopped, files >= 3, "{files} files: {stats:?}");
+            assert_eq!(
+                stats.delayed_write_rate > 0,
+                files == 2,
+                "{files} files: {stats:?}"
+            );
+        }
+        // Each keyspace is its own: the log's has no file and only an empty memtable.
+        let log = stats_of(&disk, Keyspace::Log);
+        assert_eq!((log.sst_bytes, log.level0_files), (0, 0), "{log:?}");
+        assert!(log.memtable_bytes < 100_000, "{log:?}");
     }
 
     #[test]
