@@ -31,9 +31,9 @@ use tonic::Code;
 use ledger_proto::pb;
 use ledger_proto::pb::batch_item::Command as Item;
 use ledger_proto::pb::batch_result::Result as Answer;
-use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
 
 use crate::error::ClientError;
+use crate::ledger::LedgerClient;
 use crate::transport::{overload_hint, retryable, Transport};
 
 /// Most batches on their way at once.
@@ -139,7 +139,10 @@ impl Shared {
                 }
                 take_batch(&mut queue.waiting)
             };
-            self.send(batch).await;
+            // Empty when every call left was an abandoned claim: the queue is empty now.
+            if !batch.is_empty() {
+                self.send(batch).await;
+            }
         }
     }
 
@@ -165,7 +168,7 @@ impl Shared {
         let sent = t
             .call(|ch| {
                 let request = t.request(message.clone());
-                async move { Grpc::new(ch).batch(request).await }
+                async move { LedgerClient::grpc(ch).batch(request).await }
             })
             .await;
         let items = message.items.into_iter().filter_map(|i| i.command);
@@ -238,14 +241,14 @@ impl Shared {
             Item::Claim(message) => t
                 .call(|ch| {
                     let request = t.request(message.clone());
-                    async move { Grpc::new(ch).claim(request).await }
+                    async move { LedgerClient::grpc(ch).claim(request).await }
                 })
                 .await
                 .map(|r| Answer::Claim(r.into_inner())),
             Item::Report(message) => t
                 .call(|ch| {
                     let request = t.request(message.clone());
-                    async move { Grpc::new(ch).report(request).await }
+                    async move { LedgerClient::grpc(ch).report(request).await }
                 })
                 .await
                 .map(|r| Answer::Report(r.into_inner())),
@@ -268,11 +271,19 @@ impl Drop for Landing<'_> {
     }
 }
 
-/// The calls at the front of `waiting` that fit one batch (at least one).
+/// The calls at the front of `waiting` that fit one batch (at least one, unless every
+/// call left is an abandoned claim). A claim whose caller stopped waiting (it timed out or
+/// was cancelled while queued) is dropped, not sent: granted, it would hold its effect's
+/// lease with nobody to use it, and run out into an unknown outcome to reconcile although
+/// nothing was sent. A report is sent whoever waits for it.
 fn take_batch(waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     let mut batch = Vec::new();
     let mut bytes = 0;
     while let Some(next) = waiting.front() {
+        if matches!(next.item, Item::Claim(_)) && next.answer.is_closed() {
+            waiting.pop_front();
+            continue;
+        }
         if !batch.is_empty() && (batch.len() == ITEMS_MAX || bytes + next.bytes > BYTES_MAX) {
             break;
         }
@@ -351,6 +362,30 @@ mod tests {
         assert_eq!(shared.locked().flights, 0);
         assert!(answered.await.is_err(), "the call learns its batch is gone");
         drop(silent);
+    }
+
+    #[test]
+    fn a_claim_nobody_waits_for_is_not_sent_and_a_report_always_is() {
+        let claim = |bytes: usize| {
+            let (answer, answered) = oneshot::channel();
+            let w = Waiting {
+                item: Item::Claim(pb::ClaimRequest::default()),
+                bytes,
+                answer,
+            };
+            (w, answered)
+        };
+        let (abandoned, gone) = claim(1);
+        drop(gone);
+        let (kept, _waits) = claim(2);
+        // `waiting` builds reports whose callers are gone.
+        let mut queue: VecDeque<_> = [abandoned, waiting(3), kept].into_iter().collect();
+        assert_eq!(sizes(&mut queue), vec![3, 2]);
+        let (abandoned, gone) = claim(4);
+        drop(gone);
+        let mut queue: VecDeque<_> = [abandoned].into_iter().collect();
+        assert!(sizes(&mut queue).is_empty());
+        assert!(queue.is_empty());
     }
 
     #[test]

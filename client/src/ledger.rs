@@ -44,6 +44,12 @@ pub struct AmendOutcome {
     pub changed: bool,
 }
 
+/// Largest answer this client takes from a node (tonic's default is 4 MiB). A batch of 64
+/// claims replayed with receipts of the largest size the ledger stores is over 4 MiB; a
+/// page of large records can be larger still, and `ledgerctl` asks for a smaller page
+/// when one is (`OUT_OF_RANGE`).
+pub const ANSWER_BYTES_MAX: usize = 32 << 20;
+
 /// A client of the ledger cluster.
 #[derive(Clone)]
 pub struct LedgerClient {
@@ -156,8 +162,8 @@ impl LedgerClient {
         &self.transport
     }
 
-    fn grpc(channel: Channel) -> Grpc<Channel> {
-        Grpc::new(channel)
+    pub(crate) fn grpc(channel: Channel) -> Grpc<Channel> {
+        Grpc::new(channel).max_decoding_message_size(ANSWER_BYTES_MAX)
     }
 
     /// Persists the record(s) of an effect; `slots > 1` declares one effect per slot.

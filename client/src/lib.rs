@@ -34,7 +34,7 @@ pub use effect::{
 };
 pub use error::ClientError;
 pub use keys::{effect_key, target_of, KeySource};
-pub use ledger::{AmendOutcome, LedgerClient, WatchEvent, Watching};
+pub use ledger::{AmendOutcome, LedgerClient, WatchEvent, Watching, ANSWER_BYTES_MAX};
 pub use ledger_proto::WatchFilter;
 pub use policy_file::PolicyFile;
 pub use reconcile::{Observation, ProviderAdapter, ReconcileOptions, Reconciled};

@@ -1,7 +1,8 @@
-//! How the effect runner keeps a lease whose claim was answered late. A real node answers
-//! at once; a claim held up (an election, a partition healing) cannot be made here on
-//! demand, so a fake node answers it after a pause, and answers heartbeats and the report
-//! at once.
+//! How the effect runner keeps a lease whose claim was answered late, and a report the
+//! ledger did not answer. A real node answers at once; a claim held up (an election, a
+//! partition healing) or a report lost with its node cannot be made here on demand, so a
+//! fake node answers a claim after a pause, heartbeats at once, and reports at once or,
+//! for the first few, not at all (UNAVAILABLE).
 
 mod fake;
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use tonic::Status;
 
-use ledger_client::effect::{EffectCall, EffectRunner, RunOptions};
+use ledger_client::effect::{EffectCall, EffectRunner, RunError, RunOptions};
 use ledger_client::{DispatchResult, EffectOutcome, LedgerClient, RetryPolicy};
 use ledger_core::{Authority, Declaration, EffectKey, ToolRef};
 use ledger_proto::pb;
@@ -28,6 +29,8 @@ struct SlowClaims {
     /// confirmed.
     heartbeats_fail: bool,
     heartbeats: AtomicU32,
+    /// How many reports are still to be answered UNAVAILABLE (no leader).
+    reports_unavailable: AtomicU32,
     reports: Arc<std::sync::Mutex<Vec<pb::ReportRequest>>>,
 }
 
@@ -68,6 +71,12 @@ impl Handler for SlowClaims {
 
     async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         self.reports.lock().unwrap().push(request.clone());
+        let unavailable =
+            self.reports_unavailable
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if unavailable.is_ok() {
+            return Err(Status::unavailable("no leader"));
+        }
         Ok(pb::ReportResponse {
             state: pb::EffectState::Committed as i32,
             receipt: Some("done".into()),
@@ -103,10 +112,21 @@ async fn slow_claims(
     heartbeats_fail: bool,
     claims_max: u32,
 ) -> (fake::Served<SlowClaims>, EffectRunner) {
+    fake_node(claim_delay, heartbeats_fail, 0, claims_max).await
+}
+
+/// [`slow_claims`], with the first `reports_unavailable` reports answered UNAVAILABLE.
+async fn fake_node(
+    claim_delay: Duration,
+    heartbeats_fail: bool,
+    reports_unavailable: u32,
+    claims_max: u32,
+) -> (fake::Served<SlowClaims>, EffectRunner) {
     let served = fake::serve(SlowClaims {
         claim_delay,
         heartbeats_fail,
         heartbeats: AtomicU32::new(0),
+        reports_unavailable: AtomicU32::new(reports_unavailable),
         reports: Default::default(),
     })
     .await;
@@ -185,5 +205,49 @@ async fn a_grant_too_late_to_use_is_given_back_unused() {
             assert!(proof.starts_with("never sent"), "{proof}")
         }
         other => panic!("expected a failed-before-effect report, got {other:?}"),
+    }
+}
+
+/// A committed dispatch whose report the ledger did not answer (its node lost, no leader)
+/// is not left to run out into an unknown outcome when it can still be told: the caller
+/// learns the report is owed (`Unreported`, with the receipt), and the report is sent once
+/// more as the attempt ends, with the same command id, so the ledger takes it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_the_ledger_did_not_answer_is_sent_again_with_the_same_id() {
+    let (served, runner) = fake_node(Duration::ZERO, false, 1, 1).await;
+    let result = runner
+        .effect(call())
+        .run(|_| async {
+            DispatchResult::Committed {
+                receipt: "done".into(),
+            }
+        })
+        .await;
+    match result {
+        Err(RunError::Unreported {
+            result: DispatchResult::Committed { receipt },
+            ..
+        }) => assert_eq!(receipt, "done"),
+        other => panic!("expected the committed report owed, got {other:?}"),
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let reports = loop {
+        let reports = served.handler.reports.lock().unwrap().clone();
+        if reports.len() >= 2 || tokio::time::Instant::now() > deadline {
+            break reports;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert_eq!(reports[0].command_id, reports[1].command_id);
+    for report in &reports {
+        assert_eq!(report.fencing_token, 7);
+        assert!(
+            matches!(
+                &report.report,
+                Some(pb::report_request::Report::CommittedReceipt(r)) if r == "done"
+            ),
+            "{report:?}"
+        );
     }
 }

@@ -340,6 +340,52 @@ async fn export_prints_one_json_line_per_record_across_pages() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Records large enough that a page of the default 1,000 is a larger answer than the
+/// client takes (`ANSWER_BYTES_MAX`): `export` and `list --all` ask for smaller pages
+/// and still give every record, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_too_large_for_one_answer_are_asked_for_in_halves() {
+    const RECORDS: usize = 600;
+    const INTENT_BYTES: usize = 60_000;
+    const { assert!(RECORDS * INTENT_BYTES > ledger_client::ANSWER_BYTES_MAX) };
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    let mut keys: Vec<String> = Vec::new();
+    for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(50) {
+        let mut declared = tokio::task::JoinSet::new();
+        for i in chunk {
+            let key = format!("large-{i:04}");
+            let mut d = declaration("pay/refund", &key, "wf-large");
+            d.intent_json = format!(r#"{{"pad":"{}"}}"#, "x".repeat(INTENT_BYTES));
+            let client = client.clone();
+            declared.spawn(async move {
+                client
+                    .declare(&format!("declare-{key}"), d.clone(), 1)
+                    .await
+                    .expect("declare");
+                d.key.to_string()
+            });
+        }
+        keys.extend(declared.join_all().await);
+    }
+    keys.sort();
+    let export = ledgerctl(&ledger, OPERATOR_KEY, &["export", "--tenant", TENANT]).await;
+    let exported: Vec<String> = succeeded(&export)
+        .lines()
+        .map(|l| {
+            let record: EffectRecord = serde_json::from_str(l).expect("one record per line");
+            record.key.to_string()
+        })
+        .collect();
+    assert_eq!(exported, keys, "export");
+    let list = [
+        "--output", "json", "list", "--tenant", TENANT, "--all", "--limit", "1000",
+    ];
+    let (listed_keys, next) = listed(&succeeded(&ledgerctl(&ledger, OPERATOR_KEY, &list).await));
+    assert_eq!(listed_keys, keys, "list --all");
+    assert_eq!(next, None);
+}
+
 /// A key read from a file (its first line) authenticates as the key itself does, and a
 /// file without one is a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

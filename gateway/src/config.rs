@@ -154,21 +154,26 @@ pub struct ToolConfig {
     pub ledger_tool: Option<String>,
     /// An argument the gateway adds to the tool's input schema as required: a key the
     /// caller chooses once per intended effect and repeats on retries. Used when the
-    /// request's `_meta` names no effect.
+    /// request's `_meta` names no effect; a call that leaves it out is then refused, never
+    /// derived.
     #[serde(default)]
     pub key_argument: Option<String>,
     /// Pass the key argument on to the upstream (it is stripped by default).
     #[serde(default)]
     pub forward_key_argument: bool,
     /// Derive the key from the tenant, the conversation (and turn) headers and the
-    /// policy's target fields when nothing else names the effect.
+    /// policy's target fields when nothing else names the effect (a tool without a key
+    /// argument).
     #[serde(default = "yes")]
     pub derive_key: bool,
     /// The argument the provider key is passed in, for the upstream to hand to its
     /// provider as the idempotency key (removed from the schema clients see).
     #[serde(default)]
     pub provider_key_argument: Option<String>,
-    /// The upstream request's `_meta` field the provider key is passed in.
+    /// The upstream request's `_meta` field the provider key is passed in. An upstream
+    /// that also takes the key as an argument needs `provider_key_argument` set as well:
+    /// a caller's own value in that argument would otherwise reach it (and, where the
+    /// argument wins, name another effect at the provider than the one looked up).
     #[serde(default)]
     pub provider_key_meta: Option<String>,
     /// Which upstream failures prove that nothing took effect.

@@ -510,7 +510,7 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let answer = self.inner.call_tool(request, context).await.map(complete);
-        ledger_mcp::metrics::count_call(&name, &answer);
+        ledger_mcp::metrics::count_call(metric_label(&self.inner.config, &name), &answer);
         if let Err(e) = &answer {
             tracing::info!(tool = %name, error = %e.message, "refused");
         }
@@ -578,9 +578,27 @@ impl ServerHandler for Gateway {
     }
 }
 
+/// The `tool` label a call is counted under: a configured tool's name, else `unlisted`.
+/// Names a caller makes up (before authentication, too) must not each add a series that
+/// the metrics endpoint then keeps for good.
+fn metric_label<'a>(config: &'a GatewayConfig, name: &str) -> &'a str {
+    config
+        .tool(name)
+        .map_or("unlisted", |tool| tool.name.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_are_counted_under_configured_tool_names_only() {
+        let config = config("[[tools]]\nname = \"refund\"\nupstream = \"shop\"\n");
+        assert_eq!(metric_label(&config, "refund"), "refund");
+        for made_up in ["find_refunds", "", "x".repeat(300).as_str()] {
+            assert_eq!(metric_label(&config, made_up), "unlisted", "{made_up:?}");
+        }
+    }
 
     const POLICIES: &str = r#"
         [[tenant]]

@@ -7,7 +7,9 @@
 //!    retries);
 //! 3. derivation from the authenticated tenant, the conversation header (and the turn
 //!    header, when configured) and the target the operator's policy names in the
-//!    arguments.
+//!    arguments, for a tool without a key argument. A tool with one requires it: a call
+//!    that left it out is refused, never derived, since a retry that dropped (or added)
+//!    the argument would otherwise name another effect and be sent again.
 //!
 //! The arguments are never part of the identity: they are the intent, bound to it. A call
 //! none of the sources names is refused before anything is stored, with a message that
@@ -134,7 +136,10 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
             source: Source::Meta,
         });
     }
-    if let Some((name, Some(value))) = offered.key_argument {
+    if let Some((name, value)) = offered.key_argument {
+        let Some(value) = value else {
+            return Err(IdentityError::Missing(missing_message(offered)));
+        };
         let bad = |problem| IdentityError::BadKeyArgument {
             name: name.to_owned(),
             problem,
@@ -199,10 +204,10 @@ fn missing_message(offered: &Offered<'_>) -> String {
     )];
     if let Some((name, _)) = offered.key_argument {
         ways.push(format!(
-            "the argument {name:?}: one key per intended effect, the same on every retry"
+            "the argument {name:?}, which its schema requires: one key per intended effect, \
+             the same on every retry"
         ));
-    }
-    if offered.derive {
+    } else if offered.derive {
         if let Some((name, _)) = offered.conversation {
             ways.push(format!("the HTTP header {name:?} naming the conversation"));
         }
@@ -242,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn meta_wins_over_the_key_argument_which_wins_over_derivation() {
+    fn meta_wins_over_the_key_argument_and_a_missing_key_argument_is_never_derived() {
         let tool = tool();
         let with_meta = LedgerMeta {
             effect_key: Some("runtime-key".into()),
@@ -266,7 +271,15 @@ mod tests {
             (Source::KeyArgument, "arg/shop/refund/model-key")
         );
 
+        // Left out, with a conversation to derive from: refused, not another effect.
         o.key_argument = Some(("request_id", None));
+        let e = resolve(&o).unwrap_err();
+        assert!(
+            matches!(&e, IdentityError::Missing(m) if m.contains("\"request_id\"")),
+            "{e}"
+        );
+        // A tool without a key argument derives.
+        o.key_argument = None;
         let id = resolve(&o).unwrap();
         assert_eq!(id.source, Source::Derived);
         assert_eq!(id.workflow_id, "conversation:c-1");
@@ -277,6 +290,7 @@ mod tests {
         let tool = tool();
         let none = LedgerMeta::default();
         let mut o = offered(&tool, &none);
+        o.key_argument = None;
         o.conversation = Some(("x-conversation-id", Some("c-1")));
         let first = resolve(&o).unwrap().key;
         assert_eq!(resolve(&o).unwrap().key, first);
@@ -299,14 +313,15 @@ mod tests {
         let tool = tool();
         let none = LedgerMeta::default();
         let e = resolve(&offered(&tool, &none)).unwrap_err().to_string();
-        for says in [
-            EFFECT_KEY,
-            "\"request_id\"",
-            "\"x-conversation-id\"",
-            "Nothing was stored",
-        ] {
+        for says in [EFFECT_KEY, "\"request_id\"", "Nothing was stored"] {
             assert!(e.contains(says), "{e} should name {says}");
         }
+        // A tool with a key argument is never derived, so the header is not offered.
+        assert!(!e.contains("x-conversation-id"), "{e}");
+        let mut derived = offered(&tool, &none);
+        derived.key_argument = None;
+        let e = resolve(&derived).unwrap_err().to_string();
+        assert!(e.contains("\"x-conversation-id\""), "{e}");
         let mut no_derive = offered(&tool, &none);
         no_derive.derive = false;
         no_derive.conversation = Some(("x-conversation-id", Some("c-1")));
@@ -331,6 +346,7 @@ mod tests {
             ));
         }
         let mut o = offered(&tool, &none);
+        o.key_argument = None;
         o.conversation = Some(("x-conversation-id", Some("a\u{7}b")));
         assert!(matches!(resolve(&o), Err(IdentityError::BadHeader { .. })));
         let half = LedgerMeta {

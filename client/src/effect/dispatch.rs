@@ -1,5 +1,5 @@
 //! One granted attempt: dispatch under heartbeats, report, and the guard that reports a
-//! cancelled dispatch as unknown.
+//! cancelled dispatch as unknown and sends once more a report the ledger did not answer.
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,7 +55,13 @@ where
     guard.pending = Some(report.clone());
     let id = ids::report(key, token, report_kind(&report));
     let reported = runner.ledger.report(&id, key.clone(), token, report).await;
-    guard.pending = None;
+    // The ledger's answer, a refusal included, settles the report. Without one (no
+    // leader, the node lost) it stays pending: the guard sends it once more as the
+    // attempt ends, with the same id, so the ledger takes it at most once, and a
+    // committed effect is not left to run out into an unknown one.
+    if matches!(reported, Ok(_) | Err(ClientError::Refused(_))) {
+        guard.pending = None;
+    }
     match reported {
         Ok((state, receipt)) => Ok(AttemptEnd {
             result,
@@ -305,10 +311,10 @@ fn certain_part(lease_ms: u64) -> Duration {
     Duration::from_millis(lease_ms.saturating_sub(lease_ms / 3))
 }
 
-/// Sends the pending report if the attempt's future is dropped before its report was
-/// taken: unknown while dispatching (it may have reached the provider), the real result
-/// once known. Best effort; if it is lost too, the lease runs out and the leader's
-/// sweeper marks the effect unknown, never failed.
+/// Sends the pending report if the attempt ends (or its future is dropped) before the
+/// ledger answered it: unknown while dispatching (it may have reached the provider), the
+/// real result once known. Best effort; if it is lost too, the lease runs out and the
+/// leader's sweeper marks the effect unknown, never failed.
 struct ReportGuard {
     ledger: LedgerClient,
     key: EffectKey,

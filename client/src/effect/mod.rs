@@ -145,9 +145,10 @@ pub enum RunError {
     /// A ledger call failed before this call dispatched anything.
     #[error(transparent)]
     Ledger(#[from] ClientError),
-    /// The dispatch ended but the ledger did not take the report. The record stays
-    /// in progress until its lease runs out and is then reconciled; `result` is what the
-    /// provider said.
+    /// The dispatch ended but the ledger did not take the report. It is sent once more
+    /// in the background (with the same command id); if that is lost too, the record
+    /// stays in progress until its lease runs out and is then reconciled. `result` is
+    /// what the provider said.
     #[error("the dispatch ended ({result:?}) but the ledger did not take the report: {source}")]
     Unreported {
         /// What the dispatch proved.

@@ -128,12 +128,14 @@ class Ledger:
 def gateway_config(ledger: Ledger, shop: Shop) -> str:
     """The gateway's configuration for `shop`: refunds keyed by a key argument and passed
     the provider key as the shop's idempotency key; tickets keyed by the conversation and
-    passed the provider key as their external reference (an argument for the Python shop,
-    a `_meta` field for the TypeScript one); both settled by the shop's look-up tools."""
+    passed the provider key as their external reference (an argument for the Python shop;
+    a `_meta` field for the TypeScript one, which also takes the argument and lets it win,
+    so the gateway sets that too: a caller's own value there would name another ticket);
+    both settled by the shop's look-up tools."""
     ticket_key = (
         'provider_key_argument = "external_ref"'
         if shop.kind == "py"
-        else 'provider_key_meta = "shop.example/external-ref"'
+        else 'provider_key_meta = "shop.example/external-ref"\nprovider_key_argument = "external_ref"'
     )
     return f"""
 listen_addr = "127.0.0.1:0"

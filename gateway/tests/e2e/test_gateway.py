@@ -119,8 +119,9 @@ async def test_both_eras_list_the_tools_with_protected_schemas(stack: Stack, kin
     assert "idempotency_key" not in refund["properties"]
     assert "idempotency_key" not in refund.get("required", [])
     assert "effect ledger" in tools["refund"]["description"]
-    if stack.kind == "py":
-        assert "external_ref" not in tools["create_ticket"]["inputSchema"]["properties"]
+    # Both shops take the ticket's external reference as an argument (the TypeScript one
+    # also in `_meta`, but the argument wins there): hidden, the gateway's to set.
+    assert "external_ref" not in tools["create_ticket"]["inputSchema"]["properties"]
     # A read-only tool is passed through untouched.
     assert tools["find_tickets"]["inputSchema"]["required"] == ["external_ref"]
     assert "effect ledger" not in (tools["find_tickets"].get("description") or "")

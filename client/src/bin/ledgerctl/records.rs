@@ -4,7 +4,7 @@
 use std::io::{BufWriter, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ledger_client::{LedgerClient, WatchFilter};
+use ledger_client::{ClientError, LedgerClient, WatchFilter};
 use ledger_core::{Decision, EffectKey, EffectRecord, EffectState, ListQuery, ToolName};
 
 use crate::cli::{Decide, Export, Get, List, State, Verdict, Watch};
@@ -145,10 +145,7 @@ pub async fn list(client: &LedgerClient, args: &List, format: Format) -> CliResu
     };
     let mut records = Vec::new();
     let next = loop {
-        let page = client
-            .list(query.clone())
-            .await
-            .map_err(|e| Failure::from_client("list", e))?;
+        let page = fitting_page(client, &mut query, "list").await?;
         let full = page.len() >= query.limit;
         let last = page.last().map(|r| r.key.clone());
         records.extend(page.into_iter().filter(|r| filter.keeps(r)));
@@ -263,10 +260,7 @@ pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
             limit: args.page_size as usize,
         };
         loop {
-            let page = client
-                .list(query.clone())
-                .await
-                .map_err(|e| Failure::from_client(&format!("export {tenant}"), e))?;
+            let page = fitting_page(client, &mut query, &format!("export {tenant}")).await?;
             for record in &page {
                 write_json_line(&mut out, record).map_err(write_failed)?;
             }
@@ -282,6 +276,27 @@ pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
         eprintln!("exported {written} records to {}", path.display());
     }
     Ok(Exit::Success)
+}
+
+/// The page `query` asks for. A page of large records can be larger than any answer the
+/// client takes (`ANSWER_BYTES_MAX`, refused as `OUT_OF_RANGE`): then `query`'s limit is
+/// halved, for this page and the ones after it, until one fits. Callers read a page as the
+/// last when it is shorter than `query.limit`, so the limit they compare with is the one
+/// the page was asked with.
+async fn fitting_page(
+    client: &LedgerClient,
+    query: &mut ListQuery,
+    what: &str,
+) -> Result<Vec<EffectRecord>, Failure> {
+    loop {
+        match client.list(query.clone()).await {
+            Err(ClientError::Status {
+                code: tonic::Code::OutOfRange,
+                ..
+            }) if query.limit > 1 => query.limit /= 2,
+            page => return page.map_err(|e| Failure::from_client(what, e)),
+        }
+    }
 }
 
 /// `watch`: one line per change until `--count` events, an interrupt, or the node ends

@@ -48,7 +48,8 @@ pub struct List {
     /// Only records with this target (filtered by ledgerctl in each page).
     #[arg(long)]
     pub target: Option<String>,
-    /// Records per page asked of the server (1 to 1000).
+    /// Records per page asked of the server (1 to 1000; halved while a page of large
+    /// records is more than one answer may carry).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub limit: u32,
     /// Start after this key: the `next` token a previous page printed.
@@ -120,7 +121,8 @@ pub struct Export {
     /// Write to this file instead of standard output.
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
-    /// Records per page asked of the server (1 to 1000).
+    /// Records per page asked of the server (1 to 1000; halved while a page of large
+    /// records is more than one answer may carry).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub page_size: u32,
 }
