@@ -14,7 +14,11 @@
 //!   as a single call, and when they are spent every item fails as its call would have.
 //!   Re-sending a batch re-sends each item's command id, so an item applied before an
 //!   answer was lost returns its first outcome.
-//! - An item that failed in a way that may be retried (no leader, a timeout, overload) is
+//! - An item turned away as overloaded waits what the node suggested (capped, with
+//!   jitter, as a single call waits) and is queued again for a later batch; when its
+//!   waits would pass the overload budget it fails with `Overloaded`, as a single call
+//!   does. Under overload, items keep travelling in batches, not as one call each.
+//! - An item that failed in another way that may be retried (no leader, a timeout) is
 //!   sent again on its own, with the single call's retries and waits; any other failure
 //!   (a refusal, a bad request) is the call's answer.
 //! - A node that answers `Batch` with `UNIMPLEMENTED` predates it: from then on this
@@ -70,6 +74,8 @@ struct Waiting {
     item: Item,
     bytes: usize,
     answer: oneshot::Sender<Result<Answer, ClientError>>,
+    /// How long it already waited on overload answers (its share of the budget).
+    overload_waited_ms: u64,
 }
 
 impl Batcher {
@@ -90,22 +96,12 @@ impl Batcher {
             return self.shared.alone(item).await;
         }
         let (answer, answered) = oneshot::channel();
-        let fly = {
-            let mut queue = self.shared.locked();
-            queue.waiting.push_back(Waiting {
-                item,
-                bytes,
-                answer,
-            });
-            let fly = queue.flights < FLIGHTS_MAX;
-            if fly {
-                queue.flights += 1;
-            }
-            fly
-        };
-        if fly {
-            tokio::spawn(self.shared.clone().fly());
-        }
+        self.shared.enqueue(Waiting {
+            item,
+            bytes,
+            answer,
+            overload_waited_ms: 0,
+        });
         answered.await.unwrap_or_else(|_| {
             Err(ClientError::Unavailable {
                 attempts: 0,
@@ -120,6 +116,22 @@ impl Shared {
         // The queue's state is valid after every statement; a panic elsewhere with the
         // lock held leaves nothing half-done.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `waiting`, and starts a batch on its way unless [`FLIGHTS_MAX`] are.
+    fn enqueue(self: &Arc<Self>, waiting: Waiting) {
+        let fly = {
+            let mut queue = self.locked();
+            queue.waiting.push_back(waiting);
+            let fly = queue.flights < FLIGHTS_MAX;
+            if fly {
+                queue.flights += 1;
+            }
+            fly
+        };
+        if fly {
+            tokio::spawn(self.clone().fly());
+        }
     }
 
     /// Sends batches while calls are queued; one of at most [`FLIGHTS_MAX`] such tasks.
@@ -160,7 +172,7 @@ impl Shared {
                 let item = pb::BatchItem {
                     command: Some(w.item),
                 };
-                (item, w.answer)
+                (item, (w.answer, w.bytes, w.overload_waited_ms))
             })
             .unzip();
         let message = pb::BatchRequest { items };
@@ -180,13 +192,13 @@ impl Shared {
             }) => {
                 tracing::info!("the ledger node has no Batch call; sending calls one by one");
                 self.supported.store(false, Ordering::Relaxed);
-                for (item, answer) in items.zip(answers) {
+                for (item, (answer, ..)) in items.zip(answers) {
                     self.resend(item, answer);
                 }
                 return;
             }
             Err(error) => {
-                for answer in answers {
+                for (answer, ..) in answers {
                     let _ = answer.send(Err(error.clone()));
                 }
                 return;
@@ -198,16 +210,24 @@ impl Shared {
                 results.len(),
                 answers.len()
             ));
-            for answer in answers {
+            for (answer, ..) in answers {
                 let _ = answer.send(Err(error.clone()));
             }
             return;
         }
-        for ((item, answer), result) in items.zip(answers).zip(results) {
+        for ((item, (answer, bytes, waited_ms)), result) in items.zip(answers).zip(results) {
             match result.result {
                 Some(Answer::Error(error)) => {
                     let status = ledger_proto::item_error_to_status(error);
-                    if retryable(&status) || overload_hint(&status).is_some() {
+                    if let Some(hint) = overload_hint(&status) {
+                        let waiting = Waiting {
+                            item,
+                            bytes,
+                            answer,
+                            overload_waited_ms: waited_ms,
+                        };
+                        self.requeue_after_overload(waiting, hint);
+                    } else if retryable(&status) {
                         self.resend(item, answer);
                     } else {
                         let _ = answer.send(Err(ClientError::from_status(status)));
@@ -223,6 +243,28 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Queues `waiting` again once it has waited what the node suggested (`hint`), in a
+    /// task of its own; answers it `Overloaded` instead when that wait would pass its
+    /// overload budget.
+    fn requeue_after_overload(self: &Arc<Self>, mut waiting: Waiting, hint: Option<u64>) {
+        let wait_ms = match self
+            .transport
+            .overload_wait(hint, waiting.overload_waited_ms)
+        {
+            Ok(wait_ms) => wait_ms,
+            Err(overloaded) => {
+                let _ = waiting.answer.send(Err(overloaded));
+                return;
+            }
+        };
+        waiting.overload_waited_ms += wait_ms;
+        let shared = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+            shared.enqueue(waiting);
+        });
     }
 
     /// Sends `item` on its own, in a task of its own (its retries and overload waits must
@@ -310,6 +352,7 @@ mod tests {
             item: Item::Report(pb::ReportRequest::default()),
             bytes,
             answer: oneshot::channel().0,
+            overload_waited_ms: 0,
         }
     }
 
@@ -349,6 +392,7 @@ mod tests {
                 item: Item::Report(pb::ReportRequest::default()),
                 bytes: 0,
                 answer,
+                overload_waited_ms: 0,
             });
             queue.flights = 1;
         }
@@ -372,6 +416,7 @@ mod tests {
                 item: Item::Claim(pb::ClaimRequest::default()),
                 bytes,
                 answer,
+                overload_waited_ms: 0,
             };
             (w, answered)
         };

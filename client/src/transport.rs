@@ -321,14 +321,7 @@ impl Transport {
                 )),
             };
             if let Some(hint) = overload_hint(&status) {
-                let hint_ms = hint.unwrap_or(retry.backoff_ms);
-                let wait_ms = self.overload_wait_ms(hint_ms);
-                if overload_waited_ms + wait_ms > self.inner.overload.wait_ms_max {
-                    return Err(ClientError::Overloaded {
-                        retry_after_ms: hint_ms,
-                        waited_ms: overload_waited_ms,
-                    });
-                }
+                let wait_ms = self.overload_wait(hint, overload_waited_ms)?;
                 tracing::debug!(endpoint = %self.inner.endpoints[i], wait_ms, "overloaded; waiting");
                 tokio::time::sleep(Duration::from_millis(wait_ms)).await;
                 overload_waited_ms += wait_ms;
@@ -350,6 +343,25 @@ impl Transport {
             attempts: retry.attempts,
             last: last.map(|s| s.message().to_owned()).unwrap_or_default(),
         })
+    }
+
+    /// How long to wait after an overload answer suggesting `hint` (ms; the retry policy's
+    /// back-off when it suggests none), for a call that already waited `waited_ms` on such
+    /// answers; [`ClientError::Overloaded`] when that wait would pass the overload budget.
+    pub(crate) fn overload_wait(
+        &self,
+        hint: Option<u64>,
+        waited_ms: u64,
+    ) -> Result<u64, ClientError> {
+        let hint_ms = hint.unwrap_or(self.inner.retry.backoff_ms);
+        let wait_ms = self.overload_wait_ms(hint_ms);
+        if waited_ms + wait_ms > self.inner.overload.wait_ms_max {
+            return Err(ClientError::Overloaded {
+                retry_after_ms: hint_ms,
+                waited_ms,
+            });
+        }
+        Ok(wait_ms)
     }
 
     /// The wait after an overload answer suggesting `hint_ms`: the hint, capped by

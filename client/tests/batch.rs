@@ -1,5 +1,6 @@
 //! How one client's concurrent calls travel: together in `Batch` calls, each answered as
-//! its own; an item that failed in a retryable way sent again alone; and every call on its
+//! its own; an item turned away as overloaded back in a later batch after the node's hint;
+//! an item that failed in another retryable way sent again alone; and every call on its
 //! own once a node answers `Batch` with UNIMPLEMENTED, as a node from before `Batch` does.
 //! The node is a fake ledger service in process, because an older node cannot be run
 //! here: it answers a report with the report's command id as the receipt, so each caller
@@ -13,7 +14,7 @@ use std::time::Duration;
 use tonic::Status;
 
 use ledger_client::batch::{FLIGHTS_MAX, ITEMS_MAX};
-use ledger_client::{ClientError, LedgerClient, RetryPolicy};
+use ledger_client::{ClientError, LedgerClient, OverloadPolicy, RetryPolicy};
 use ledger_core::{Authority, Declaration, EffectKey, EffectState, Refusal, Report, ToolRef};
 use ledger_proto::pb;
 use ledger_proto::pb::batch_item::Command as Item;
@@ -32,7 +33,14 @@ enum Mode {
     Old,
     /// Turns the whole batch away: PERMISSION_DENIED.
     Deny,
+    /// Answers items whose command id ends in `!` RESOURCE_EXHAUSTED with a retry-after
+    /// hint of [`SHED_HINT_MS`] the first time each arrives (always, with `always`),
+    /// others as `Serve`.
+    ShedMarked { always: bool },
 }
+
+/// The retry-after hint of a shed item.
+const SHED_HINT_MS: u64 = 200;
 
 struct FakeNode {
     mode: Mode,
@@ -40,6 +48,8 @@ struct FakeNode {
     batches: Arc<Mutex<Vec<usize>>>,
     /// Command ids of reports that came on their own.
     alone: Arc<Mutex<Vec<String>>>,
+    /// Command ids of reports that came in batches, with when they came.
+    batched: Arc<Mutex<Vec<(String, tokio::time::Instant)>>>,
 }
 
 /// The answer the fake gives a report served: committed, its command id as receipt.
@@ -58,12 +68,30 @@ impl Handler for FakeNode {
         match self.mode {
             Mode::Old => return Err(fake::unimplemented()),
             Mode::Deny => return Err(Status::permission_denied("not for you")),
-            Mode::Serve | Mode::FailMarked => {}
+            Mode::Serve | Mode::FailMarked | Mode::ShedMarked { .. } => {}
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
         let results = items
             .into_iter()
             .map(|item| {
+                if let Some(Item::Report(r)) = &item.command {
+                    let mut batched = self.batched.lock().unwrap();
+                    let seen = batched.iter().any(|(id, _)| *id == r.command_id);
+                    batched.push((r.command_id.clone(), tokio::time::Instant::now()));
+                    if let Mode::ShedMarked { always } = self.mode {
+                        if r.command_id.ends_with('!') && (always || !seen) {
+                            let mut status = Status::resource_exhausted("admission queue full");
+                            status.metadata_mut().insert(
+                                ledger_proto::RETRY_AFTER_MS_METADATA,
+                                SHED_HINT_MS.to_string().parse().unwrap(),
+                            );
+                            let error = ledger_proto::status_to_item_error(&status);
+                            return pb::BatchResult {
+                                result: Some(Answer::Error(error)),
+                            };
+                        }
+                    }
+                }
                 let result = match item.command {
                     Some(Item::Report(r))
                         if self.mode == Mode::FailMarked && r.command_id.ends_with('!') =>
@@ -103,10 +131,15 @@ struct Served {
 }
 
 async fn serve(mode: Mode) -> Served {
+    serve_with(mode, OverloadPolicy::default()).await
+}
+
+async fn serve_with(mode: Mode, overload: OverloadPolicy) -> Served {
     let served = fake::serve(FakeNode {
         mode,
         batches: Default::default(),
         alone: Default::default(),
+        batched: Default::default(),
     })
     .await;
     let retry = RetryPolicy {
@@ -114,8 +147,13 @@ async fn serve(mode: Mode) -> Served {
         backoff_ms: 10,
         ..RetryPolicy::default()
     };
-    let client =
-        LedgerClient::with_retry(vec![served.addr.clone()], "any-key-0000000001", retry).unwrap();
+    let client = LedgerClient::with_policies(
+        vec![served.addr.clone()],
+        "any-key-0000000001",
+        retry,
+        overload,
+    )
+    .unwrap();
     Served {
         node: served.handler.clone(),
         client,
@@ -209,6 +247,62 @@ async fn an_item_that_failed_retryably_is_sent_again_alone_and_a_refusal_is_fina
         matches!(claimed, Err(ClientError::Refused(Refusal::ProofRequired))),
         "{claimed:?}"
     );
+}
+
+/// Items a node turned away as overloaded wait its hint and come back in a later batch,
+/// never as one call each (which is more work for a node that is already full).
+#[tokio::test]
+async fn an_item_turned_away_as_overloaded_waits_the_hint_and_returns_in_a_batch() {
+    let served = serve(Mode::ShedMarked { always: false }).await;
+    let answers = reports(&served.client, 40, |i| i % 4 == 0).await;
+    for (id, answer) in &answers {
+        assert_eq!(
+            answer.as_ref().unwrap(),
+            &(EffectState::Committed, Some(id.clone()))
+        );
+    }
+    assert!(served.node.alone.lock().unwrap().is_empty());
+    let batched = served.node.batched.lock().unwrap().clone();
+    for (id, _) in answers.iter().filter(|(id, _)| id.ends_with('!')) {
+        let arrivals: Vec<_> = batched
+            .iter()
+            .filter(|(b, _)| b == id)
+            .map(|(_, at)| *at)
+            .collect();
+        assert_eq!(arrivals.len(), 2, "{id}: {arrivals:?}");
+        let waited = arrivals[1] - arrivals[0];
+        assert!(
+            waited >= Duration::from_millis(SHED_HINT_MS),
+            "{id} came back after {waited:?}"
+        );
+    }
+}
+
+/// An item turned away again and again fails as a single call would once its waits pass
+/// the overload budget: `Overloaded`, a clear "try later"; the others are served.
+#[tokio::test]
+async fn an_item_overloaded_past_its_budget_fails_as_overloaded() {
+    let overload = OverloadPolicy {
+        wait_ms_max: 1_000,
+        ..OverloadPolicy::default()
+    };
+    let served = serve_with(Mode::ShedMarked { always: true }, overload).await;
+    for (id, answer) in reports(&served.client, 8, |i| i % 4 == 0).await {
+        if id.ends_with('!') {
+            assert!(
+                matches!(answer, Err(ClientError::Overloaded { .. })),
+                "{id}: {answer:?}"
+            );
+        } else {
+            assert_eq!(answer.unwrap(), (EffectState::Committed, Some(id)));
+        }
+    }
+    assert!(served.node.alone.lock().unwrap().is_empty());
+    let batched = served.node.batched.lock().unwrap().clone();
+    let tries = batched.iter().filter(|(id, _)| id == "report-0!").count();
+    // Waits of 200 to 300 ms, at most 1 s of them: three to five waits, so four to six
+    // tries in all.
+    assert!((4..=6).contains(&tries), "{tries}");
 }
 
 #[tokio::test]
