@@ -1,8 +1,8 @@
-//! How the effect runner keeps a lease whose claim was answered late, and a report the
-//! ledger did not answer. A real node answers at once; a claim held up (an election, a
-//! partition healing) or a report lost with its node cannot be made here on demand, so a
-//! fake node answers a claim after a pause, heartbeats at once, and reports at once or,
-//! for the first few, not at all (UNAVAILABLE).
+//! How the effect runner keeps a lease whose claim was answered late (or after its caller
+//! gave up), and a report the ledger did not answer. A real node answers at once; a claim
+//! held up (an election, a partition healing) or a report lost with its node cannot be
+//! made here on demand, so a fake node answers a claim after a pause, heartbeats at once,
+//! and reports at once or, for the first few, not at all (UNAVAILABLE).
 
 mod fake;
 
@@ -249,5 +249,37 @@ async fn a_report_the_ledger_did_not_answer_is_sent_again_with_the_same_id() {
             ),
             "{report:?}"
         );
+    }
+}
+
+/// A run dropped while its claim is on its way (its caller gave up, a request timed out):
+/// the grant that then arrives is given back as never sent, instead of holding the lease
+/// with nobody to use it until it runs out into an unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_arrives_after_its_caller_gave_up_is_given_back() {
+    let (served, runner) = slow_claims(Duration::from_millis(300), false, 1).await;
+    let run = runner
+        .effect(call())
+        .run(|_| async { panic!("dispatched for a caller that gave up") });
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), run).await;
+    assert!(
+        gave_up.is_err(),
+        "the claim was answered before the caller gave up"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let reports = loop {
+        let reports = served.handler.reports.lock().unwrap().clone();
+        if !reports.is_empty() || tokio::time::Instant::now() > deadline {
+            break reports;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].fencing_token, 7);
+    match &reports[0].report {
+        Some(pb::report_request::Report::FailedBeforeEffectProof(proof)) => {
+            assert!(proof.starts_with("never sent"), "{proof}")
+        }
+        other => panic!("expected a failed-before-effect report, got {other:?}"),
     }
 }

@@ -160,24 +160,31 @@ pub(super) async fn grant_still_live(
 /// How many heartbeats may try to confirm a late grant.
 const CONFIRMATIONS_MAX: u32 = 3;
 
-/// The proof a grant given back unused carries.
-const NEVER_SENT: &str = "never sent: the grant arrived after its lease could have run out, \
-                          so this call gave it back without dispatching";
+/// The proof a grant given back unused carries, by why it was not used.
+pub(super) const NEVER_SENT_LATE: &str = "never sent: the grant arrived after its lease could \
+                                          have run out, so this call gave it back without \
+                                          dispatching";
+/// ... when the caller stopped waiting before the grant arrived.
+pub(super) const NEVER_SENT_ABANDONED: &str = "never sent: the call that claimed it had \
+                                               stopped waiting when the grant arrived";
 
-/// Gives back a grant this call never used ([`grant_still_live`] said no): reports it
-/// failed before effect, which it is, since nothing was sent, so that the next claim is
-/// granted at once instead of waiting for the lease to run out and the effect to be taken
-/// for unknown (to reconcile, or for an irreversible tool with no look-up, to escalate).
-/// The grant was minted for this call's own claim id, so no one else holds it. The ledger
-/// takes the report only while the attempt is the effect's live one; otherwise it refuses
-/// and nothing changes.
-pub(super) async fn give_back_unused(runner: &EffectRunner, key: &EffectKey, grant: &Grant) {
+/// Gives back a grant this call never used: reports it failed before effect, which it is,
+/// since nothing was sent, so that the next claim is granted at once instead of waiting
+/// for the lease to run out and the effect to be taken for unknown (to reconcile, or for
+/// an irreversible tool with no look-up, to escalate). The grant was minted for this
+/// call's own claim id, so no one else holds it. The ledger takes the report only while
+/// the attempt is the effect's live one; otherwise it refuses and nothing changes.
+pub(super) async fn give_back_unused(
+    ledger: &LedgerClient,
+    key: &EffectKey,
+    grant: &Grant,
+    proof: &str,
+) {
     let report = Report::FailedBeforeEffect {
-        proof: NEVER_SENT.into(),
+        proof: proof.into(),
     };
     let id = ids::report(key, grant.fencing_token, report_kind(&report));
-    let given_back = runner
-        .ledger
+    let given_back = ledger
         .report(&id, key.clone(), grant.fencing_token, report)
         .await;
     if let Err(e) = given_back {

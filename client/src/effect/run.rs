@@ -6,12 +6,74 @@
 
 use std::future::Future;
 
-use ledger_core::{ClaimOutcome, EffectState, Unsettled};
+use ledger_core::{ClaimOutcome, EffectKey, EffectState, Unsettled};
 
-use super::dispatch::{give_back_unused, grant_still_live, run_attempt, AttemptEnd};
+use super::dispatch::{
+    give_back_unused, grant_still_live, run_attempt, AttemptEnd, NEVER_SENT_ABANDONED,
+    NEVER_SENT_LATE,
+};
 use super::{ids, AttemptInfo, DispatchResult, EffectOutcome, EffectRun, RunError, Settled};
 use crate::error::ClientError;
+use crate::ledger::LedgerClient;
 use crate::reconcile::Reconciled;
+
+/// A claim on its way. Run in a task of its own, so that a run dropped while it waits
+/// (its caller gave up, a request timed out) does not drop the claim's answer with it: a
+/// grant that arrives for nobody is then given back as never sent, instead of holding its
+/// effect's lease with nobody to use it until it runs out into an unknown outcome that
+/// must be reconciled (or, without a look-up, escalated) although nothing was sent.
+struct Claiming {
+    task: Option<tokio::task::JoinHandle<Result<ClaimOutcome, ClientError>>>,
+    ledger: LedgerClient,
+    key: EffectKey,
+}
+
+impl Claiming {
+    fn start(
+        ledger: LedgerClient,
+        key: EffectKey,
+        claim: impl Future<Output = Result<ClaimOutcome, ClientError>> + Send + 'static,
+    ) -> Self {
+        Claiming {
+            task: Some(tokio::spawn(claim)),
+            ledger,
+            key,
+        }
+    }
+
+    async fn answer(mut self) -> Result<ClaimOutcome, ClientError> {
+        let task = self.task.as_mut().expect("awaited once");
+        let answer = task.await;
+        self.task = None;
+        match answer {
+            Ok(answer) => answer,
+            // A bug in the claim path: the caller's task fails as the claim's did.
+            Err(e) if e.is_panic() => panic!("the claim's task panicked: {e}"),
+            Err(e) => Err(ClientError::Unavailable {
+                attempts: 0,
+                last: format!("the claim's task ended without an answer: {e}"),
+            }),
+        }
+    }
+}
+
+impl Drop for Claiming {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        // No runtime left (it is shutting down): nothing can be sent; the lease ends it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (ledger, key) = (self.ledger.clone(), self.key.clone());
+        runtime.spawn(async move {
+            if let Ok(Ok(ClaimOutcome::Proceed(grant))) = task.await {
+                give_back_unused(&ledger, &key, &grant, NEVER_SENT_ABANDONED).await;
+            }
+        });
+    }
+}
 
 /// What to do after one claim.
 enum Step {
@@ -65,22 +127,23 @@ impl EffectRun<'_> {
             let key = &self.call.declaration.key;
             let id = ids::claim(key, &runner.next_invocation());
             let asked_at = tokio::time::Instant::now();
-            let claim = runner
-                .ledger()
-                .claim(
-                    &id,
-                    self.call.declaration.clone(),
-                    runner.holder(),
-                    Some(runner.options().lease_ms),
-                    self.call.confirmation.clone(),
-                )
-                .await?;
+            let ledger = runner.ledger().clone();
+            let (declaration, holder) = (self.call.declaration.clone(), runner.holder().to_owned());
+            let (lease_ms, confirmation) =
+                (runner.options().lease_ms, self.call.confirmation.clone());
+            let claim = Claiming::start(runner.ledger().clone(), key.clone(), async move {
+                ledger
+                    .claim(&id, declaration, &holder, Some(lease_ms), confirmation)
+                    .await
+            })
+            .answer()
+            .await?;
             let step = match claim {
                 ClaimOutcome::Proceed(grant) => {
                     match grant_still_live(runner, key, &grant, asked_at).await {
                         // Nothing was sent; the ledger's next answer says who holds it now.
                         None => {
-                            give_back_unused(runner, key, &grant).await;
+                            give_back_unused(runner.ledger(), key, &grant, NEVER_SENT_LATE).await;
                             Step::Again(EffectOutcome::Unknown {
                                 reason: "the grant arrived after its lease could have run \
                                          out; nothing was sent by this call"
