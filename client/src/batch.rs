@@ -14,10 +14,11 @@
 //!   as a single call, and when they are spent every item fails as its call would have.
 //!   Re-sending a batch re-sends each item's command id, so an item applied before an
 //!   answer was lost returns its first outcome.
-//! - An item turned away as overloaded waits what the node suggested (capped, with
-//!   jitter, as a single call waits) and is queued again for a later batch; when its
-//!   waits would pass the overload budget it fails with `Overloaded`, as a single call
-//!   does. Under overload, items keep travelling in batches, not as one call each.
+//! - The items of a batch turned away as overloaded wait what the node suggested (once,
+//!   together; capped, with jitter, as a single call waits) and are queued again together
+//!   for a later batch; an item whose waits would pass the overload budget fails with
+//!   `Overloaded`, as a single call does. Under overload, items keep travelling in
+//!   batches, not as one call each.
 //! - An item that failed in another way that may be retried (no leader, a timeout) is
 //!   sent again on its own, with the single call's retries and waits; any other failure
 //!   (a refusal, a bad request) is the call's answer.
@@ -120,9 +121,15 @@ impl Shared {
 
     /// Queues `waiting`, and starts a batch on its way unless [`FLIGHTS_MAX`] are.
     fn enqueue(self: &Arc<Self>, waiting: Waiting) {
+        self.enqueue_all(vec![waiting]);
+    }
+
+    /// Queues every call of `waiting` together (so that they leave in one batch), and
+    /// starts a batch on its way unless [`FLIGHTS_MAX`] are.
+    fn enqueue_all(self: &Arc<Self>, waiting: Vec<Waiting>) {
         let fly = {
             let mut queue = self.locked();
-            queue.waiting.push_back(waiting);
+            queue.waiting.extend(waiting);
             let fly = queue.flights < FLIGHTS_MAX;
             if fly {
                 queue.flights += 1;
@@ -215,18 +222,20 @@ impl Shared {
             }
             return;
         }
+        let mut shed = Vec::new();
+        let mut hint = None;
         for ((item, (answer, bytes, waited_ms)), result) in items.zip(answers).zip(results) {
             match result.result {
                 Some(Answer::Error(error)) => {
                     let status = ledger_proto::item_error_to_status(error);
-                    if let Some(hint) = overload_hint(&status) {
-                        let waiting = Waiting {
+                    if let Some(item_hint) = overload_hint(&status) {
+                        hint = hint.max(item_hint);
+                        shed.push(Waiting {
                             item,
                             bytes,
                             answer,
                             overload_waited_ms: waited_ms,
-                        };
-                        self.requeue_after_overload(waiting, hint);
+                        });
                     } else if retryable(&status) {
                         self.resend(item, answer);
                     } else {
@@ -243,27 +252,39 @@ impl Shared {
                 }
             }
         }
+        if !shed.is_empty() {
+            self.requeue_after_overload(shed, hint);
+        }
     }
 
-    /// Queues `waiting` again once it has waited what the node suggested (`hint`), in a
-    /// task of its own; answers it `Overloaded` instead when that wait would pass its
-    /// overload budget.
-    fn requeue_after_overload(self: &Arc<Self>, mut waiting: Waiting, hint: Option<u64>) {
-        let wait_ms = match self
-            .transport
-            .overload_wait(hint, waiting.overload_waited_ms)
-        {
-            Ok(wait_ms) => wait_ms,
-            Err(overloaded) => {
-                let _ = waiting.answer.send(Err(overloaded));
-                return;
+    /// Queues the calls of `shed` (turned away together) again, together, once they have
+    /// waited what the node suggested (`hint`; one wait for all of them, in a task of its
+    /// own), so that they leave in one batch again; answers `Overloaded` instead each call
+    /// whose waits would pass its overload budget.
+    fn requeue_after_overload(self: &Arc<Self>, shed: Vec<Waiting>, hint: Option<u64>) {
+        let (hint_ms, wait_ms) = self.transport.draw_overload_wait(hint);
+        let mut again = Vec::new();
+        for mut waiting in shed {
+            let budget =
+                self.transport
+                    .within_overload_budget(hint_ms, wait_ms, waiting.overload_waited_ms);
+            match budget {
+                Ok(()) => {
+                    waiting.overload_waited_ms += wait_ms;
+                    again.push(waiting);
+                }
+                Err(overloaded) => {
+                    let _ = waiting.answer.send(Err(overloaded));
+                }
             }
-        };
-        waiting.overload_waited_ms += wait_ms;
+        }
+        if again.is_empty() {
+            return;
+        }
         let shared = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-            shared.enqueue(waiting);
+            shared.enqueue_all(again);
         });
     }
 

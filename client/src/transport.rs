@@ -353,15 +353,33 @@ impl Transport {
         hint: Option<u64>,
         waited_ms: u64,
     ) -> Result<u64, ClientError> {
+        let (hint_ms, wait_ms) = self.draw_overload_wait(hint);
+        self.within_overload_budget(hint_ms, wait_ms, waited_ms)?;
+        Ok(wait_ms)
+    }
+
+    /// The hint an overload answer suggested (the retry policy's back-off when none) and
+    /// the wait drawn from it.
+    pub(crate) fn draw_overload_wait(&self, hint: Option<u64>) -> (u64, u64) {
         let hint_ms = hint.unwrap_or(self.inner.retry.backoff_ms);
-        let wait_ms = self.overload_wait_ms(hint_ms);
+        (hint_ms, self.overload_wait_ms(hint_ms))
+    }
+
+    /// [`ClientError::Overloaded`] when waiting `wait_ms` more, after `waited_ms`, would
+    /// pass the overload budget.
+    pub(crate) fn within_overload_budget(
+        &self,
+        hint_ms: u64,
+        wait_ms: u64,
+        waited_ms: u64,
+    ) -> Result<(), ClientError> {
         if waited_ms + wait_ms > self.inner.overload.wait_ms_max {
             return Err(ClientError::Overloaded {
                 retry_after_ms: hint_ms,
                 waited_ms,
             });
         }
-        Ok(wait_ms)
+        Ok(())
     }
 
     /// The wait after an overload answer suggesting `hint_ms`: the hint, capped by

@@ -48,8 +48,9 @@ struct FakeNode {
     batches: Arc<Mutex<Vec<usize>>>,
     /// Command ids of reports that came on their own.
     alone: Arc<Mutex<Vec<String>>>,
-    /// Command ids of reports that came in batches, with when they came.
-    batched: Arc<Mutex<Vec<(String, tokio::time::Instant)>>>,
+    /// Command ids of reports that came in batches, with when they came and in which
+    /// batch (its place in `batches`).
+    batched: Arc<Mutex<Vec<(String, tokio::time::Instant, usize)>>>,
 }
 
 /// The answer the fake gives a report served: committed, its command id as receipt.
@@ -64,7 +65,11 @@ fn answer(report: &pb::ReportRequest) -> pb::ReportResponse {
 impl Handler for FakeNode {
     async fn batch(&self, request: pb::BatchRequest) -> Result<pb::BatchResponse, Status> {
         let items = request.items;
-        self.batches.lock().unwrap().push(items.len());
+        let number = {
+            let mut batches = self.batches.lock().unwrap();
+            batches.push(items.len());
+            batches.len() - 1
+        };
         match self.mode {
             Mode::Old => return Err(fake::unimplemented()),
             Mode::Deny => return Err(Status::permission_denied("not for you")),
@@ -76,8 +81,8 @@ impl Handler for FakeNode {
             .map(|item| {
                 if let Some(Item::Report(r)) = &item.command {
                     let mut batched = self.batched.lock().unwrap();
-                    let seen = batched.iter().any(|(id, _)| *id == r.command_id);
-                    batched.push((r.command_id.clone(), tokio::time::Instant::now()));
+                    let seen = batched.iter().any(|(id, ..)| *id == r.command_id);
+                    batched.push((r.command_id.clone(), tokio::time::Instant::now(), number));
                     if let Mode::ShedMarked { always } = self.mode {
                         if r.command_id.ends_with('!') && (always || !seen) {
                             let mut status = Status::resource_exhausted("admission queue full");
@@ -263,19 +268,32 @@ async fn an_item_turned_away_as_overloaded_waits_the_hint_and_returns_in_a_batch
     }
     assert!(served.node.alone.lock().unwrap().is_empty());
     let batched = served.node.batched.lock().unwrap().clone();
+    let (mut shed_in, mut back_in) = (Vec::new(), Vec::new());
     for (id, _) in answers.iter().filter(|(id, _)| id.ends_with('!')) {
         let arrivals: Vec<_> = batched
             .iter()
-            .filter(|(b, _)| b == id)
-            .map(|(_, at)| *at)
+            .filter(|(b, ..)| b == id)
+            .map(|(_, at, number)| (*at, *number))
             .collect();
         assert_eq!(arrivals.len(), 2, "{id}: {arrivals:?}");
-        let waited = arrivals[1] - arrivals[0];
+        let waited = arrivals[1].0 - arrivals[0].0;
         assert!(
             waited >= Duration::from_millis(SHED_HINT_MS),
             "{id} came back after {waited:?}"
         );
+        shed_in.push(arrivals[0].1);
+        back_in.push(arrivals[1].1);
     }
+    // Turned away together, they come back together: in no more batches than they were
+    // shed from (not one batch each).
+    for batches in [&mut shed_in, &mut back_in] {
+        batches.sort();
+        batches.dedup();
+    }
+    assert!(
+        back_in.len() <= shed_in.len(),
+        "shed in {shed_in:?}, back in {back_in:?}"
+    );
 }
 
 /// An item turned away again and again fails as a single call would once its waits pass
@@ -299,7 +317,7 @@ async fn an_item_overloaded_past_its_budget_fails_as_overloaded() {
     }
     assert!(served.node.alone.lock().unwrap().is_empty());
     let batched = served.node.batched.lock().unwrap().clone();
-    let tries = batched.iter().filter(|(id, _)| id == "report-0!").count();
+    let tries = batched.iter().filter(|(id, ..)| id == "report-0!").count();
     // Waits of 200 to 300 ms, at most 1 s of them: three to five waits, so four to six
     // tries in all.
     assert!((4..=6).contains(&tries), "{tries}");

@@ -1,6 +1,7 @@
 //! Back-off on overload: a node that answers `RESOURCE_EXHAUSTED` with `retry-after-ms` is
 //! waited out as it suggests, within the client's budget, and a quota refusal with the same
-//! code is not retried. The node here is a fake ledger service in process that turns away
+//! code is not retried; a wait for an effect to settle stays within its own time when the
+//! node turns its watch away. The node here is a fake ledger service in process that turns away
 //! the first calls and records when each call arrived.
 
 mod fake;
@@ -55,6 +56,14 @@ impl Handler for FakeNode {
     async fn get(&self, request: pb::GetRequest) -> Result<pb::GetResponse, Status> {
         let key = EffectKey::try_from(request).map_err(|_| Status::invalid_argument("key"))?;
         Err(self.answer(key))
+    }
+
+    /// Every watch is turned away as a node that serves all it may answers: RESOURCE_
+    /// EXHAUSTED without a hint.
+    async fn watch(&self, _: pb::WatchRequest) -> Result<(), Status> {
+        Err(Status::resource_exhausted(
+            "this node serves 1024 watches already: watch through another node, or poll with Get",
+        ))
     }
 }
 
@@ -168,4 +177,28 @@ async fn a_quota_refusal_is_final_not_overload() {
         other => panic!("expected a quota refusal, got {other:?}"),
     }
     assert_eq!(served.handler.arrivals.lock().unwrap().len(), 1);
+}
+
+/// A node serving all the watches it may turns the next away with RESOURCE_EXHAUSTED,
+/// which the transport waits out as overload for up to its budget (10 s by default). A
+/// wait for an effect to settle does not spend that budget on its watch: it reads the
+/// record when its own, shorter, wait is up (here the effect is unknown: `Missing`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_turned_away_does_not_hold_a_wait_past_its_own_time() {
+    let served = serve(0, 0, false).await;
+    let runner = ledger_client::effect::EffectRunner::new(
+        client(&served, OverloadPolicy::default()),
+        "holder",
+    );
+    let started = Instant::now();
+    let settled = runner.wait_until_settled(&key(), 300).await.unwrap();
+    assert!(
+        matches!(settled, ledger_client::effect::Settled::Missing),
+        "{settled:?}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "the wait took {took:?}"
+    );
 }

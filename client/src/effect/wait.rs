@@ -36,7 +36,14 @@ impl EffectRunner {
     ) -> Result<Settled, ClientError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
         let poll = Duration::from_millis(self.options().poll_interval_ms.max(1));
-        let mut watch = self.ledger().watch(WatchFilter::effect(key)).await.ok();
+        // Bounded by the wait: a node that serves all the watches it may answers
+        // RESOURCE_EXHAUSTED, which the transport waits out as overload for up to its
+        // whole overload budget; this wait polls instead once its own time is up.
+        let watching = self.ledger().watch(WatchFilter::effect(key));
+        let mut watch = tokio::time::timeout(Duration::from_millis(wait_ms), watching)
+            .await
+            .ok()
+            .and_then(Result::ok);
         loop {
             let Some(record) = self.ledger().get(key.clone()).await? else {
                 return Ok(Settled::Missing);

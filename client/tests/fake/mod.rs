@@ -45,6 +45,12 @@ pub trait Handler: Send + Sync + 'static {
     ) -> Result<pb::HeartbeatResponse, Status> {
         Err(unimplemented())
     }
+
+    /// A fake only turns watches away: an error here is the watch's answer, and `Ok` is
+    /// UNIMPLEMENTED as well.
+    async fn watch(&self, _request: pb::WatchRequest) -> Result<(), Status> {
+        Err(unimplemented())
+    }
 }
 
 /// The node's `Ledger` service over a handler.
@@ -136,8 +142,9 @@ impl<H: Handler> Ledger for Service<H> {
 
     async fn watch(
         &self,
-        _: Request<pb::WatchRequest>,
+        request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        self.0.watch(request.into_inner()).await?;
         Err(unimplemented())
     }
 }
