@@ -97,12 +97,12 @@ impl Batcher {
             return self.shared.alone(item).await;
         }
         let (answer, answered) = oneshot::channel();
-        self.shared.enqueue(Waiting {
+        self.shared.enqueue([Waiting {
             item,
             bytes,
             answer,
             overload_waited_ms: 0,
-        });
+        }]);
         answered.await.unwrap_or_else(|_| {
             Err(ClientError::Unavailable {
                 attempts: 0,
@@ -119,14 +119,9 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `waiting`, and starts a batch on its way unless [`FLIGHTS_MAX`] are.
-    fn enqueue(self: &Arc<Self>, waiting: Waiting) {
-        self.enqueue_all(vec![waiting]);
-    }
-
-    /// Queues every call of `waiting` together (so that they leave in one batch), and
-    /// starts a batch on its way unless [`FLIGHTS_MAX`] are.
-    fn enqueue_all(self: &Arc<Self>, waiting: Vec<Waiting>) {
+    /// Queues the calls of `waiting` together (so that they leave in one batch), and starts
+    /// a batch on its way unless [`FLIGHTS_MAX`] are.
+    fn enqueue(self: &Arc<Self>, waiting: impl IntoIterator<Item = Waiting>) {
         let fly = {
             let mut queue = self.locked();
             queue.waiting.extend(waiting);
@@ -284,7 +279,7 @@ impl Shared {
         let shared = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
-            shared.enqueue_all(again);
+            shared.enqueue(again);
         });
     }
 

@@ -197,15 +197,7 @@ async fn a_grant_too_late_to_use_is_given_back_unused() {
         matches!(outcome, EffectOutcome::Unknown { .. }),
         "{outcome:?}"
     );
-    let reports = served.handler.reports.lock().unwrap();
-    assert_eq!(reports.len(), 1, "{reports:?}");
-    assert_eq!(reports[0].fencing_token, 7);
-    match &reports[0].report {
-        Some(pb::report_request::Report::FailedBeforeEffectProof(proof)) => {
-            assert!(proof.starts_with("never sent"), "{proof}")
-        }
-        other => panic!("expected a failed-before-effect report, got {other:?}"),
-    }
+    assert_given_back(&served.handler.reports.lock().unwrap());
 }
 
 /// A committed dispatch whose report the ledger did not answer (its node lost, no leader)
@@ -230,14 +222,7 @@ async fn a_report_the_ledger_did_not_answer_is_sent_again_with_the_same_id() {
         }) => assert_eq!(receipt, "done"),
         other => panic!("expected the committed report owed, got {other:?}"),
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let reports = loop {
-        let reports = served.handler.reports.lock().unwrap().clone();
-        if reports.len() >= 2 || tokio::time::Instant::now() > deadline {
-            break reports;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let reports = reports_after(&served, 2).await;
     assert_eq!(reports.len(), 2, "{reports:?}");
     assert_eq!(reports[0].command_id, reports[1].command_id);
     for report in &reports {
@@ -266,14 +251,23 @@ async fn a_grant_that_arrives_after_its_caller_gave_up_is_given_back() {
         gave_up.is_err(),
         "the claim was answered before the caller gave up"
     );
+    assert_given_back(&reports_after(&served, 1).await);
+}
+
+/// The reports the fake node got, once it has `count` (or after 10 s, however many).
+async fn reports_after(served: &fake::Served<SlowClaims>, count: usize) -> Vec<pb::ReportRequest> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let reports = loop {
+    loop {
         let reports = served.handler.reports.lock().unwrap().clone();
-        if !reports.is_empty() || tokio::time::Instant::now() > deadline {
-            break reports;
+        if reports.len() >= count || tokio::time::Instant::now() > deadline {
+            return reports;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
+}
+
+/// `reports` is one report, the grant of token 7 given back as never sent.
+fn assert_given_back(reports: &[pb::ReportRequest]) {
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].fencing_token, 7);
     match &reports[0].report {

@@ -334,12 +334,9 @@ impl Drop for ReportGuard {
         let Some(report) = self.pending.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (ledger, key, token) = (self.ledger.clone(), self.key.clone(), self.token);
         let id = ids::report(&key, token, report_kind(&report));
-        runtime.spawn(async move {
+        super::spawn_from_drop(async move {
             if let Err(e) = ledger.report(&id, key.clone(), token, report).await {
                 tracing::debug!(effect = %key, error = %e, "report after cancellation failed");
             }

@@ -29,13 +29,17 @@ struct Claiming {
 }
 
 impl Claiming {
-    fn start(
+    /// Starts `claim` on `ledger` for the effect `key`.
+    fn start<Fut>(
         ledger: LedgerClient,
         key: EffectKey,
-        claim: impl Future<Output = Result<ClaimOutcome, ClientError>> + Send + 'static,
-    ) -> Self {
+        claim: impl FnOnce(LedgerClient) -> Fut,
+    ) -> Self
+    where
+        Fut: Future<Output = Result<ClaimOutcome, ClientError>> + Send + 'static,
+    {
         Claiming {
-            task: Some(tokio::spawn(claim)),
+            task: Some(tokio::spawn(claim(ledger.clone()))),
             ledger,
             key,
         }
@@ -62,12 +66,8 @@ impl Drop for Claiming {
         let Some(task) = self.task.take() else {
             return;
         };
-        // No runtime left (it is shutting down): nothing can be sent; the lease ends it.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (ledger, key) = (self.ledger.clone(), self.key.clone());
-        runtime.spawn(async move {
+        super::spawn_from_drop(async move {
             if let Ok(Ok(ClaimOutcome::Proceed(grant))) = task.await {
                 give_back_unused(&ledger, &key, &grant, NEVER_SENT_ABANDONED).await;
             }
@@ -127,17 +127,17 @@ impl EffectRun<'_> {
             let key = &self.call.declaration.key;
             let id = ids::claim(key, &runner.next_invocation());
             let asked_at = tokio::time::Instant::now();
-            let ledger = runner.ledger().clone();
             let (declaration, holder) = (self.call.declaration.clone(), runner.holder().to_owned());
             let (lease_ms, confirmation) =
                 (runner.options().lease_ms, self.call.confirmation.clone());
-            let claim = Claiming::start(runner.ledger().clone(), key.clone(), async move {
-                ledger
-                    .claim(&id, declaration, &holder, Some(lease_ms), confirmation)
-                    .await
-            })
-            .answer()
-            .await?;
+            let claim =
+                Claiming::start(runner.ledger().clone(), key.clone(), |ledger| async move {
+                    ledger
+                        .claim(&id, declaration, &holder, Some(lease_ms), confirmation)
+                        .await
+                })
+                .answer()
+                .await?;
             let step = match claim {
                 ClaimOutcome::Proceed(grant) => {
                     match grant_still_live(runner, key, &grant, asked_at).await {
