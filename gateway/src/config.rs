@@ -80,13 +80,22 @@ pub struct UpstreamConfig {
 #[serde(deny_unknown_fields)]
 pub struct BeforeEffect {
     /// JSON-RPC error codes the upstream answers only before its tool acts. By default
-    /// the codes of a request refused as such: parse error, invalid request, method not
-    /// found, invalid params, and a client capability the request needs missing
-    /// (-32021, MCP 2026-07-28). They hold for the official SDKs, which check a call
-    /// before its tool runs; an upstream whose tool handlers answer such a code after
-    /// acting must be given a narrower list.
+    /// the codes the official SDKs answer for a call they refuse before its tool runs:
+    /// parse error (-32700), method not found (-32601) and invalid params (-32602).
+    /// Invalid request (-32600) and a missing client capability (-32021, MCP
+    /// 2026-07-28) are not in it: the SDKs also answer them from inside a running tool
+    /// (the Python SDK's -32600 when a handler asks a question a stateless call cannot
+    /// carry; a handler's own -32021 when it finds it must ask), which may have acted
+    /// first. Add them for an upstream whose tools never act before they can fail so.
     #[serde(default = "default_before_effect_codes")]
     pub jsonrpc_codes: Vec<i32>,
+    /// An `input_required` answer (the upstream asks before it goes on) is before
+    /// effect, as it is for a tool written for MCP 2026-07-28: such a tool is run again
+    /// from the start on the re-sent call, so it asks before it acts (default true).
+    /// False for a tool that acts and then asks: its question is then an unknown
+    /// outcome, settled by the tool's look-up before anything is sent again.
+    #[serde(default = "yes")]
+    pub input_required: bool,
     /// Every `isError` result is before effect (the upstream declares that its tool
     /// reports errors only when it did nothing).
     #[serde(default)]
@@ -110,6 +119,7 @@ impl Default for BeforeEffect {
     fn default() -> Self {
         BeforeEffect {
             jsonrpc_codes: default_before_effect_codes(),
+            input_required: true,
             all_tool_errors: false,
             tool_error_pointer: None,
             tool_error_values: Vec::new(),
@@ -269,7 +279,7 @@ fn default_upstream_concurrency() -> usize {
 }
 
 fn default_before_effect_codes() -> Vec<i32> {
-    vec![-32700, -32600, -32601, -32602, -32021]
+    vec![-32700, -32601, -32602]
 }
 
 fn default_arguments_bytes_max() -> usize {
@@ -465,10 +475,7 @@ mod tests {
         let refund = c.tool("refund").unwrap();
         assert_eq!(refund.ledger_name().to_string(), "shop/refund");
         assert!(refund.derive_key);
-        assert_eq!(
-            refund.before_effect.jsonrpc_codes,
-            [-32700, -32600, -32601, -32602, -32021]
-        );
+        assert_eq!(refund.before_effect.jsonrpc_codes, [-32700, -32601, -32602]);
         assert_eq!(c.upstreams[0].timeout_ms, 30_000);
     }
 

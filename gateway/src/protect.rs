@@ -107,8 +107,13 @@ pub fn classify(
                 text_of(result)
             ),
         },
-        Ok(CallToolResponse::InputRequired(_)) => DispatchResult::NotCommitted {
-            proof: "the upstream asked for input (input_required) before acting".into(),
+        Ok(CallToolResponse::InputRequired(_)) if rule.input_required => {
+            DispatchResult::NotCommitted {
+                proof: "the upstream asked for input (input_required) before acting".into(),
+            }
+        }
+        Ok(CallToolResponse::InputRequired(_)) => DispatchResult::Unknown {
+            reason: "the upstream asked for input (input_required) after it may have acted".into(),
         },
         Ok(CallToolResponse::Task(task)) => DispatchResult::Committed {
             receipt: receipt_of_task(task),
@@ -502,7 +507,7 @@ impl Dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::ContentBlock;
+    use rmcp::model::{ContentBlock, ErrorCode, InputRequiredResult};
 
     fn rule() -> BeforeEffect {
         BeforeEffect {
@@ -586,12 +591,54 @@ mod tests {
             classify(&rule(), &invalid),
             DispatchResult::NotCommitted { .. }
         ));
+        let refused_inside = |code| {
+            Err(UpstreamError::Rpc {
+                upstream: upstream(),
+                error: ErrorData::new(ErrorCode(code), "no back-channel", None),
+            })
+        };
+        for code in [-32600, -32021] {
+            assert!(
+                matches!(
+                    classify(&rule(), &refused_inside(code)),
+                    DispatchResult::Unknown { .. }
+                ),
+                "{code} is answered from inside a running tool too"
+            );
+            let declared = BeforeEffect {
+                jsonrpc_codes: vec![code],
+                ..rule()
+            };
+            assert!(matches!(
+                classify(&declared, &refused_inside(code)),
+                DispatchResult::NotCommitted { .. }
+            ));
+        }
         let internal = Err(UpstreamError::Rpc {
             upstream: upstream(),
             error: ErrorData::internal_error("boom", None),
         });
         assert!(matches!(
             classify(&rule(), &internal),
+            DispatchResult::Unknown { .. }
+        ));
+    }
+
+    #[test]
+    fn a_question_is_before_effect_unless_the_tool_acts_before_it_asks() {
+        let asks = Ok(CallToolResponse::InputRequired(
+            InputRequiredResult::from_request_state("v1.sealed"),
+        ));
+        assert!(matches!(
+            classify(&rule(), &asks),
+            DispatchResult::NotCommitted { .. }
+        ));
+        let acts_then_asks = BeforeEffect {
+            input_required: false,
+            ..rule()
+        };
+        assert!(matches!(
+            classify(&acts_then_asks, &asks),
             DispatchResult::Unknown { .. }
         ));
     }
