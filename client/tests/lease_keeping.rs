@@ -28,6 +28,8 @@ struct SlowClaims {
     /// Heartbeats are answered UNAVAILABLE (no leader), so a late grant cannot be
     /// confirmed.
     heartbeats_fail: bool,
+    /// How long a heartbeat takes to be answered.
+    heartbeat_delay: Duration,
     heartbeats: AtomicU32,
     /// How many reports are still to be answered UNAVAILABLE (no leader).
     reports_unavailable: AtomicU32,
@@ -61,6 +63,7 @@ impl Handler for SlowClaims {
     ) -> Result<pb::HeartbeatResponse, Status> {
         assert_eq!(request.fencing_token, 7);
         self.heartbeats.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.heartbeat_delay).await;
         if self.heartbeats_fail {
             return Err(Status::unavailable("no leader"));
         }
@@ -122,14 +125,24 @@ async fn fake_node(
     reports_unavailable: u32,
     claims_max: u32,
 ) -> (fake::Served<SlowClaims>, EffectRunner) {
-    let served = fake::serve(SlowClaims {
-        claim_delay,
-        heartbeats_fail,
-        heartbeats: AtomicU32::new(0),
-        reports_unavailable: AtomicU32::new(reports_unavailable),
-        reports: Default::default(),
-    })
-    .await;
+    serve(
+        SlowClaims {
+            claim_delay,
+            heartbeats_fail,
+            heartbeat_delay: Duration::ZERO,
+            heartbeats: AtomicU32::new(0),
+            reports_unavailable: AtomicU32::new(reports_unavailable),
+            reports: Default::default(),
+        },
+        claims_max,
+    )
+    .await
+}
+
+/// Serves `fake`, and a runner of `LEASE_MS` leases that claims at most `claims_max` times
+/// against it.
+async fn serve(fake: SlowClaims, claims_max: u32) -> (fake::Served<SlowClaims>, EffectRunner) {
+    let served = fake::serve(fake).await;
     let retry = RetryPolicy {
         attempts: 1,
         ..RetryPolicy::default()
@@ -250,6 +263,38 @@ async fn a_grant_that_arrives_after_its_caller_gave_up_is_given_back() {
     assert!(
         gave_up.is_err(),
         "the claim was answered before the caller gave up"
+    );
+    assert_given_back(&reports_after(&served, 1).await);
+}
+
+/// A run dropped while a heartbeat confirms its late grant (its caller gave up): nothing
+/// was sent, and the grant is given back as never sent instead of holding the lease until
+/// it runs out into an unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_caller_gives_up_while_it_is_confirmed_is_given_back() {
+    let claim_delay = Duration::from_millis(LEASE_MS * 4 / 5);
+    let (served, runner) = serve(
+        SlowClaims {
+            claim_delay,
+            heartbeats_fail: false,
+            heartbeat_delay: Duration::from_millis(LEASE_MS),
+            heartbeats: AtomicU32::new(0),
+            reports_unavailable: AtomicU32::new(0),
+            reports: Default::default(),
+        },
+        1,
+    )
+    .await;
+    let run = runner
+        .effect(call())
+        .run(|_| async { panic!("dispatched for a caller that gave up") });
+    let gave_up =
+        tokio::time::timeout(claim_delay + Duration::from_millis(LEASE_MS / 4), run).await;
+    assert!(gave_up.is_err(), "the run ended before its caller gave up");
+    assert_eq!(
+        served.handler.heartbeats.load(Ordering::SeqCst),
+        1,
+        "the caller gave up while the grant was being confirmed"
     );
     assert_given_back(&reports_after(&served, 1).await);
 }

@@ -166,7 +166,7 @@ pub(super) const NEVER_SENT_LATE: &str = "never sent: the grant arrived after it
                                           dispatching";
 /// ... when the caller stopped waiting before the grant arrived.
 pub(super) const NEVER_SENT_ABANDONED: &str = "never sent: the call that claimed it had \
-                                               stopped waiting when the grant arrived";
+                                               stopped waiting before it could be used";
 
 /// Gives back a grant this call never used: reports it failed before effect, which it is,
 /// since nothing was sent, so that the next claim is granted at once instead of waiting

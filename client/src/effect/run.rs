@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use ledger_core::{ClaimOutcome, EffectKey, EffectState, Unsettled};
+use ledger_core::{ClaimOutcome, EffectKey, EffectState, Grant, Unsettled};
 
 use super::dispatch::{
     give_back_unused, grant_still_live, run_attempt, AttemptEnd, NEVER_SENT_ABANDONED,
@@ -75,6 +75,36 @@ impl Drop for Claiming {
     }
 }
 
+/// A grant not yet dispatched on, given back as never sent if the run is dropped before it
+/// decides (its caller gave up while a heartbeat confirmed a late grant): otherwise the
+/// grant would hold its effect's lease with nobody to use it, as [`Claiming`] says.
+struct Unused {
+    grant: Option<(LedgerClient, EffectKey, Grant)>,
+}
+
+impl Unused {
+    fn hold(ledger: &LedgerClient, key: &EffectKey, grant: &Grant) -> Self {
+        Unused {
+            grant: Some((ledger.clone(), key.clone(), grant.clone())),
+        }
+    }
+
+    /// The run decided (to dispatch, or to give the grant back itself).
+    fn release(mut self) {
+        self.grant = None;
+    }
+}
+
+impl Drop for Unused {
+    fn drop(&mut self) {
+        if let Some((ledger, key, grant)) = self.grant.take() {
+            super::spawn_from_drop(async move {
+                give_back_unused(&ledger, &key, &grant, NEVER_SENT_ABANDONED).await;
+            });
+        }
+    }
+}
+
 /// What to do after one claim.
 enum Step {
     /// Answer with this.
@@ -140,7 +170,10 @@ impl EffectRun<'_> {
                 .await?;
             let step = match claim {
                 ClaimOutcome::Proceed(grant) => {
-                    match grant_still_live(runner, key, &grant, asked_at).await {
+                    let unused = Unused::hold(runner.ledger(), key, &grant);
+                    let live = grant_still_live(runner, key, &grant, asked_at).await;
+                    unused.release();
+                    match live {
                         // Nothing was sent; the ledger's next answer says who holds it now.
                         None => {
                             give_back_unused(runner.ledger(), key, &grant, NEVER_SENT_LATE).await;
