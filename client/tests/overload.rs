@@ -58,10 +58,9 @@ impl Handler for FakeNode {
         Err(self.answer(key))
     }
 
-    /// Every watch is turned away as a node that serves all it may answers: RESOURCE_
-    /// EXHAUSTED without a hint.
+    /// Every watch is turned away as a node that serves all it may answers.
     async fn watch(&self, _: pb::WatchRequest) -> Result<(), Status> {
-        Err(Status::resource_exhausted(
+        Err(Status::unavailable(
             "this node serves 1024 watches already: watch through another node, or poll with Get",
         ))
     }
@@ -179,17 +178,22 @@ async fn a_quota_refusal_is_final_not_overload() {
     assert_eq!(served.handler.arrivals.lock().unwrap().len(), 1);
 }
 
-/// A node serving all the watches it may turns the next away with RESOURCE_EXHAUSTED,
-/// which the transport waits out as overload for up to its budget (10 s by default). A
-/// wait for an effect to settle does not spend that budget on its watch: it reads the
-/// record when its own, shorter, wait is up (here the effect is unknown: `Missing`).
+/// A node serving all the watches it may turns the next away (UNAVAILABLE), which the
+/// transport retries, on the other nodes and with back-off, for up to its retry budget
+/// (about 5 s by default). A wait for an effect to settle does not spend that budget on
+/// its watch: it reads the record when its own, shorter, wait is up (here the effect is
+/// unknown: `Missing`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_turned_away_does_not_hold_a_wait_past_its_own_time() {
     let served = serve(0, 0, false).await;
-    let runner = ledger_client::effect::EffectRunner::new(
-        client(&served, OverloadPolicy::default()),
-        "holder",
-    );
+    let client = LedgerClient::with_policies(
+        vec![served.addr.clone()],
+        "any-key-0000000001",
+        RetryPolicy::default(),
+        OverloadPolicy::default(),
+    )
+    .unwrap();
+    let runner = ledger_client::effect::EffectRunner::new(client, "holder");
     let started = Instant::now();
     let settled = runner.wait_until_settled(&key(), 300).await.unwrap();
     assert!(

@@ -76,7 +76,10 @@ impl Watches {
         let open = self.0.fetch_add(1, Ordering::SeqCst);
         let slot = Slot(self.0.clone());
         if open >= WATCHES_MAX {
-            return Err(Status::resource_exhausted(format!(
+            // UNAVAILABLE, not RESOURCE_EXHAUSTED: the other nodes may well have room, and
+            // a client moves on to another node after UNAVAILABLE where it would wait
+            // out an overload on this one.
+            return Err(Status::unavailable(format!(
                 "this node serves {WATCHES_MAX} watches already: watch through another \
                  node, or poll with Get"
             )));

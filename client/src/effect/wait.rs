@@ -36,9 +36,9 @@ impl EffectRunner {
     ) -> Result<Settled, ClientError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
         let poll = Duration::from_millis(self.options().poll_interval_ms.max(1));
-        // Bounded by the wait: a node that serves all the watches it may answers
-        // RESOURCE_EXHAUSTED, which the transport waits out as overload for up to its
-        // whole overload budget; this wait polls instead once its own time is up.
+        // Bounded by the wait: a node that serves all the watches it may turns the next
+        // away, which the transport retries on the other nodes for up to its whole retry
+        // budget; this wait polls instead once its own time is up.
         let watching = self.ledger().watch(WatchFilter::effect(key));
         let mut watch = tokio::time::timeout(Duration::from_millis(wait_ms), watching)
             .await
