@@ -13,13 +13,17 @@
 //! cancelled or timed out) is dropped when its group forms, unsent.
 //!
 //! The leader admits a group as one call per command, proposes every command of it, and
-//! answers with all their outcomes or with one failure for the group (see
-//! [`LedgerNode::serve_forwarded`](crate::node::LedgerNode::serve_forwarded)): overloaded
-//! only when it proposed none of them, else not the leader or unavailable, which
-//! [`LedgerNode::submit`](crate::node::LedgerNode::submit) answers by sending each command
-//! again with its own command id: a command the leader had applied before the failure is
-//! found among the remembered command ids and answered as the first time, never applied
-//! twice.
+//! answers with all their outcomes, with "overloaded" when it proposed none of them, or
+//! with each command's own result (see
+//! [`LedgerNode::serve_forwarded`](crate::node::LedgerNode::serve_forwarded)). A command
+//! whose leader stopped leading or could not serve it is sent again by
+//! [`LedgerNode::submit`](crate::node::LedgerNode::submit), with its own command id: one
+//! the leader had applied before the failure is found among the remembered command ids
+//! and answered as the first time, never applied twice. A command the leader turned away
+//! as overloaded, or did not commit within its request timeout, is answered so to its
+//! caller, whose client waits before it tries again: a slow leader is not sent its
+//! commands again at once, and the commands of a group that were committed are answered,
+//! not sent again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -38,7 +42,7 @@ use crate::error::NodeError;
 use crate::metrics::FORWARD_COMMANDS;
 use crate::network::{with_secret, Channels, PEER_MESSAGE_BYTES_MAX};
 use crate::proposer::answer_all;
-use crate::wire::{self, ForwardRequest, ForwardResponse};
+use crate::wire::{self, ForwardFailure, ForwardRequest, ForwardResponse};
 
 /// Groups on their way to the leader at once. The leader proposes a group's commands in
 /// its next entries; two groups in flight keep its proposer fed while the next forms.
@@ -214,7 +218,7 @@ async fn run(route: Route, leader: u64, mut rx: mpsc::UnboundedReceiver<Waiting>
     }
 }
 
-/// Forwards one group and hands each command its outcome, or all of them the failure.
+/// Forwards one group and hands each command its own result, or all of them the failure.
 async fn send(route: &Route, leader: u64, group: Vec<Waiting>) {
     let count = group.len();
     metrics::histogram!(FORWARD_COMMANDS).record(count as f64);
@@ -225,10 +229,29 @@ async fn send(route: &Route, leader: u64, group: Vec<Waiting>) {
         .await
     {
         Ok(ForwardResponse::Outcomes(outcomes)) if outcomes.len() == count => Ok(outcomes),
+        Ok(ForwardResponse::Each(results)) if results.len() == count => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result.map_err(|f| failure(leader, f)));
+            }
+            return;
+        }
         Ok(other) => Err(unexpected(other)),
         Err(e) => Err(e),
     };
     answer_all(replies, result);
+}
+
+/// The error a command's caller gets for the leader's failure to serve it.
+fn failure(leader: u64, failure: ForwardFailure) -> NodeError {
+    match failure {
+        ForwardFailure::NotLeader(l) => NodeError::NotLeader(l),
+        ForwardFailure::Unavailable(m) => NodeError::Unavailable(m),
+        ForwardFailure::Overloaded { retry_after_ms } => NodeError::Overloaded {
+            what: format!("leader {leader} admits no more commands"),
+            retry_after_ms,
+        },
+        ForwardFailure::Timeout(ms) => NodeError::Timeout(ms),
+    }
 }
 
 /// A leader's answer that does not fit the question.

@@ -37,7 +37,7 @@ use crate::forwarder::{unexpected, Forwarder, Route};
 use crate::ledger_time::{LedgerTime, PeerAnswer};
 use crate::proposer::{check_size, encoded_bytes, Proposer};
 use crate::security::Security;
-use crate::wire::{ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
+use crate::wire::{ForwardFailure, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
 
 /// How long to wait for a leader to be elected before telling the caller to retry.
 const LEADER_WAIT_MS: u64 = 3_000;
@@ -234,8 +234,7 @@ impl LedgerNode {
                     .into_iter()
                     .zip(sizes)
                     .map(|(c, bytes)| self.proposer.propose(c, bytes));
-                group_answer(futures::future::join_all(proposals).await)
-                    .map(ForwardResponse::Outcomes)
+                return group_answer(futures::future::join_all(proposals).await);
             }
             ForwardRequest::Read(read) => {
                 let _admitted = match self.admission.admit(READ_ADMITTED_BYTES) {
@@ -315,31 +314,42 @@ impl LedgerNode {
     }
 }
 
-/// The answer to a forwarded group: every outcome, or one failure for all. `Overloaded`
-/// tells the caller nothing was proposed, so it stands only when it is true of every
-/// command; a group of which some commands were applied (or may have been: not the
-/// leader, timed out) fails as unavailable, which the follower answers by sending each
-/// command again with its command id, deduplicated by the ledger.
-fn group_answer(results: Vec<Result<Outcome, NodeError>>) -> Result<Vec<Outcome>, NodeError> {
-    let failed = results.iter().filter(|r| r.is_err()).count();
-    let all_overloaded = results
-        .iter()
-        .all(|r| matches!(r, Err(NodeError::Overloaded { .. })));
-    if failed == 0 || all_overloaded {
-        return results.into_iter().collect();
+/// The answer to a forwarded group: every outcome when all were committed, overloaded
+/// when none was proposed (the proposer's queue was full for each), else each command's
+/// own result, so that the follower sends again only what failed and hands a slow
+/// leader's timeout or an overload to its caller instead of forwarding again at once.
+fn group_answer(results: Vec<Result<Outcome, NodeError>>) -> ForwardResponse {
+    if results.iter().all(|r| r.is_ok()) {
+        return ForwardResponse::Outcomes(results.into_iter().flatten().collect());
     }
-    let total = results.len();
-    let first = results.into_iter().find_map(|r| {
-        r.err()
-            .filter(|e| !matches!(e, NodeError::Overloaded { .. }))
-    });
-    Err(match first {
-        Some(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) if failed == total => e,
-        Some(e) => NodeError::Unavailable(format!("{failed} of {total} commands failed: {e}")),
-        None => NodeError::Unavailable(format!(
-            "{failed} of {total} commands found the proposer's queue full"
-        )),
-    })
+    if let Some(Err(NodeError::Overloaded { retry_after_ms, .. })) = results.first() {
+        let retry_after_ms = *retry_after_ms;
+        if results
+            .iter()
+            .all(|r| matches!(r, Err(NodeError::Overloaded { .. })))
+        {
+            return ForwardResponse::Overloaded { retry_after_ms };
+        }
+    }
+    ForwardResponse::Each(
+        results
+            .into_iter()
+            .map(|r| r.map_err(ForwardFailure::from))
+            .collect(),
+    )
+}
+
+impl From<NodeError> for ForwardFailure {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::NotLeader(leader) => ForwardFailure::NotLeader(leader),
+            NodeError::Overloaded { retry_after_ms, .. } => {
+                ForwardFailure::Overloaded { retry_after_ms }
+            }
+            NodeError::Timeout(ms) => ForwardFailure::Timeout(ms),
+            e => ForwardFailure::Unavailable(e.to_string()),
+        }
+    }
 }
 
 /// How a failure to serve a forwarded call is told to the follower.
@@ -368,40 +378,48 @@ mod tests {
     fn a_forwarded_group_is_overloaded_only_when_none_of_it_was_proposed() {
         let ok = || Ok(Outcome::Configured);
         assert_eq!(
-            group_answer(vec![ok(), ok()]).expect("all applied"),
-            vec![Outcome::Configured, Outcome::Configured]
+            group_answer(vec![ok(), ok()]),
+            ForwardResponse::Outcomes(vec![Outcome::Configured, Outcome::Configured])
         );
-        assert!(matches!(
+        assert_eq!(
             group_answer(vec![Err(overloaded()), Err(overloaded())]),
-            Err(NodeError::Overloaded {
-                retry_after_ms: 70,
-                ..
-            })
-        ));
+            ForwardResponse::Overloaded { retry_after_ms: 70 }
+        );
         // One command applied: "overloaded" would tell its caller nothing was proposed.
-        assert!(matches!(
+        assert_eq!(
             group_answer(vec![ok(), Err(overloaded())]),
-            Err(NodeError::Unavailable(_))
-        ));
-        // Neither was applied, one may have been: sent again, at the new leader.
-        assert!(matches!(
-            group_answer(vec![Err(overloaded()), Err(NodeError::NotLeader(Some(2)))]),
-            Err(NodeError::NotLeader(Some(2)))
-        ));
-        assert!(matches!(
+            ForwardResponse::Each(vec![
+                Ok(Outcome::Configured),
+                Err(ForwardFailure::Overloaded { retry_after_ms: 70 })
+            ])
+        );
+    }
+
+    #[test]
+    fn each_command_of_a_group_that_partly_failed_gets_its_own_result() {
+        let ok = || Ok(Outcome::Configured);
+        // The applied command is answered; the other is sent again, at the new leader.
+        assert_eq!(
             group_answer(vec![ok(), Err(NodeError::NotLeader(Some(2)))]),
-            Err(NodeError::Unavailable(_))
-        ));
-        assert!(matches!(
-            group_answer(vec![
-                Err(NodeError::NotLeader(Some(2))),
-                Err(NodeError::NotLeader(Some(2)))
-            ]),
-            Err(NodeError::NotLeader(Some(2)))
-        ));
-        assert!(matches!(
-            group_answer(vec![Err(NodeError::Timeout(5)), Err(NodeError::Timeout(5))]),
-            Err(NodeError::Unavailable(_))
-        ));
+            ForwardResponse::Each(vec![
+                Ok(Outcome::Configured),
+                Err(ForwardFailure::NotLeader(Some(2)))
+            ])
+        );
+        // A slow leader's timeout reaches the caller as a timeout, not as "unavailable",
+        // which the follower would answer by forwarding the command again at once.
+        assert_eq!(
+            group_answer(vec![Err(NodeError::Timeout(5)), Err(overloaded())]),
+            ForwardResponse::Each(vec![
+                Err(ForwardFailure::Timeout(5)),
+                Err(ForwardFailure::Overloaded { retry_after_ms: 70 })
+            ])
+        );
+        assert_eq!(
+            group_answer(vec![Err(NodeError::Internal("gone".into()))]),
+            ForwardResponse::Each(vec![Err(ForwardFailure::Unavailable(
+                "internal error: gone".into()
+            ))])
+        );
     }
 }

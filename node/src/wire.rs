@@ -161,4 +161,26 @@ pub enum ForwardResponse {
         /// The suggested wait.
         retry_after_ms: u64,
     },
+    /// One result per command of a group, in order, when some of them failed and others
+    /// did not (answered only then, so that a follower of the previous version, which
+    /// cannot read it, still reads every other answer).
+    Each(Vec<Result<Outcome, ForwardFailure>>),
+}
+
+/// Why the leader could not serve one command of a forwarded group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardFailure {
+    /// The receiver stopped being the leader; it knows this one, if any. The command may
+    /// have been committed: send it again, with its command id, to the new leader.
+    NotLeader(Option<u64>),
+    /// The receiver could not serve it; the command may have been committed.
+    Unavailable(String),
+    /// The receiver's proposer admitted no more commands; this one was not proposed.
+    Overloaded {
+        /// The suggested wait.
+        retry_after_ms: u64,
+    },
+    /// Proposed and not committed within the leader's request timeout (ms): the leader is
+    /// slow; it may still be committed.
+    Timeout(u64),
 }
