@@ -89,13 +89,6 @@ pub struct BeforeEffect {
     /// first. Add them for an upstream whose tools never act before they can fail so.
     #[serde(default = "default_before_effect_codes")]
     pub jsonrpc_codes: Vec<i32>,
-    /// An `input_required` answer (the upstream asks before it goes on) is before
-    /// effect, as it is for a tool written for MCP 2026-07-28: such a tool is run again
-    /// from the start on the re-sent call, so it asks before it acts (default true).
-    /// False for a tool that acts and then asks: its question is then an unknown
-    /// outcome, settled by the tool's look-up before anything is sent again.
-    #[serde(default = "yes")]
-    pub input_required: bool,
     /// Every `isError` result is before effect (the upstream declares that its tool
     /// reports errors only when it did nothing).
     #[serde(default)]
@@ -119,7 +112,6 @@ impl Default for BeforeEffect {
     fn default() -> Self {
         BeforeEffect {
             jsonrpc_codes: default_before_effect_codes(),
-            input_required: true,
             all_tool_errors: false,
             tool_error_pointer: None,
             tool_error_values: Vec::new(),

@@ -107,13 +107,10 @@ pub fn classify(
                 text_of(result)
             ),
         },
-        Ok(CallToolResponse::InputRequired(_)) if rule.input_required => {
-            DispatchResult::NotCommitted {
-                proof: "the upstream asked for input (input_required) before acting".into(),
-            }
-        }
-        Ok(CallToolResponse::InputRequired(_)) => DispatchResult::Unknown {
-            reason: "the upstream asked for input (input_required) after it may have acted".into(),
+        // A 2026-07-28 tool is run again from the start on the re-sent call, so it asks
+        // before it acts (docs/design.md, "The gateway's call path").
+        Ok(CallToolResponse::InputRequired(_)) => DispatchResult::NotCommitted {
+            proof: "the upstream asked for input (input_required) before acting".into(),
         },
         Ok(CallToolResponse::Task(task)) => DispatchResult::Committed {
             receipt: receipt_of_task(task),
@@ -507,7 +504,7 @@ impl Dispatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::{ContentBlock, ErrorCode, InputRequiredResult};
+    use rmcp::model::{ContentBlock, ErrorCode};
 
     fn rule() -> BeforeEffect {
         BeforeEffect {
@@ -620,25 +617,6 @@ mod tests {
         });
         assert!(matches!(
             classify(&rule(), &internal),
-            DispatchResult::Unknown { .. }
-        ));
-    }
-
-    #[test]
-    fn a_question_is_before_effect_unless_the_tool_acts_before_it_asks() {
-        let asks = Ok(CallToolResponse::InputRequired(
-            InputRequiredResult::from_request_state("v1.sealed"),
-        ));
-        assert!(matches!(
-            classify(&rule(), &asks),
-            DispatchResult::NotCommitted { .. }
-        ));
-        let acts_then_asks = BeforeEffect {
-            input_required: false,
-            ..rule()
-        };
-        assert!(matches!(
-            classify(&acts_then_asks, &asks),
             DispatchResult::Unknown { .. }
         ));
     }
