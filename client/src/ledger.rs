@@ -27,7 +27,7 @@ use ledger_proto::pb::admin_client::AdminClient;
 use ledger_proto::pb::batch_item::Command as Item;
 use ledger_proto::pb::batch_result::Result as Answer;
 use ledger_proto::pb::ledger_client::LedgerClient as Grpc;
-use ledger_proto::{pb, WatchFilter};
+use ledger_proto::{pb, WatchFilter, WATCHES_FULL_METADATA};
 
 use crate::batch::Batcher;
 use crate::error::ClientError;
@@ -381,14 +381,28 @@ impl LedgerClient {
     }
 
     /// Follows the records `filter` selects as a node applies changes to them (see
-    /// [`Watching`]). Starts on whichever node answers first.
+    /// [`Watching`]). Starts on whichever node answers first. A node that serves all the
+    /// watches it may says so; the other nodes are tried then, before the transport backs
+    /// off (any node serves a watch; its redirect would pick the leader again).
     pub async fn watch(&self, filter: WatchFilter) -> Result<Watching, ClientError> {
         let message = pb::WatchRequest::from(filter);
         let t = &self.transport;
         let response = t
             .call(|ch| {
-                let request = t.request(message.clone());
-                async move { Self::grpc(ch).watch(request).await }
+                let others = t.others();
+                let message = &message;
+                async move {
+                    let mut answer = Self::grpc(ch).watch(t.request(message.clone())).await;
+                    for other in others {
+                        match &answer {
+                            Err(s) if s.metadata().contains_key(WATCHES_FULL_METADATA) => {
+                                answer = Self::grpc(other).watch(t.request(message.clone())).await
+                            }
+                            _ => break,
+                        }
+                    }
+                    answer
+                }
             })
             .await?;
         Ok(Watching {

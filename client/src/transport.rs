@@ -264,6 +264,15 @@ impl Transport {
         &self.inner.endpoints
     }
 
+    /// The channels of every endpoint but the preferred one, in order after it.
+    pub fn others(&self) -> Vec<Channel> {
+        let n = self.inner.endpoints.len();
+        let preferred = self.inner.preferred.load(Ordering::Relaxed) % n;
+        (1..n)
+            .map(|step| self.channel((preferred + step) % n))
+            .collect()
+    }
+
     /// Prefers `addr` for the next calls, if it is one of the endpoints.
     pub fn prefer(&self, addr: &str) {
         if let Some(i) = self.inner.endpoints.iter().position(|e| e == addr) {

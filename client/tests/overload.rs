@@ -60,9 +60,25 @@ impl Handler for FakeNode {
 
     /// Every watch is turned away as a node that serves all it may answers.
     async fn watch(&self, _: pb::WatchRequest) -> Result<(), Status> {
-        Err(Status::unavailable(
+        let mut status = Status::unavailable(
             "this node serves 1024 watches already: watch through another node, or poll with Get",
-        ))
+        );
+        status.metadata_mut().insert(
+            ledger_proto::WATCHES_FULL_METADATA,
+            tonic::metadata::MetadataValue::from(1),
+        );
+        Err(status)
+    }
+}
+
+/// A node with room for a watch, which it answers so that the test can tell it was
+/// reached (a fake serves no stream).
+struct Roomy;
+
+#[tonic::async_trait]
+impl Handler for Roomy {
+    async fn watch(&self, _: pb::WatchRequest) -> Result<(), Status> {
+        Err(Status::permission_denied("reached the node with room"))
     }
 }
 
@@ -176,6 +192,37 @@ async fn a_quota_refusal_is_final_not_overload() {
         other => panic!("expected a quota refusal, got {other:?}"),
     }
     assert_eq!(served.handler.arrivals.lock().unwrap().len(), 1);
+}
+
+/// A watch turned away by a node that serves all it may goes to the next node at once,
+/// within the same attempt: the transport's own retry would follow the leader back to the
+/// full node (here, with one attempt, it would not retry at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_turned_away_for_a_full_table_is_asked_of_the_next_node() {
+    let full = serve(0, 0, false).await;
+    let roomy = fake::serve(Roomy).await;
+    let retry = RetryPolicy {
+        attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let client = LedgerClient::with_policies(
+        vec![full.addr.clone(), roomy.addr.clone()],
+        "any-key-0000000001",
+        retry,
+        OverloadPolicy::default(),
+    )
+    .unwrap();
+    match client
+        .watch(ledger_proto::WatchFilter::effect(&key()))
+        .await
+    {
+        Err(ClientError::Status {
+            code: tonic::Code::PermissionDenied,
+            message,
+        }) => assert_eq!(message, "reached the node with room"),
+        Err(other) => panic!("the next node was not asked: {other}"),
+        Ok(_) => panic!("a fake serves no watch"),
+    }
 }
 
 /// A node serving all the watches it may turns the next away (UNAVAILABLE), which the

@@ -314,22 +314,36 @@ impl LedgerNode {
     }
 }
 
-/// The answer to a forwarded group: every outcome when all were committed, overloaded
-/// when none was proposed (the proposer's queue was full for each), else each command's
+/// The answer to a forwarded group: every outcome when all were committed; one failure
+/// when every command failed alike (overloaded: none was proposed; not the leader;
+/// unavailable), which a follower of the previous version reads too; else each command's
 /// own result, so that the follower sends again only what failed and hands a slow
 /// leader's timeout or an overload to its caller instead of forwarding again at once.
 fn group_answer(results: Vec<Result<Outcome, NodeError>>) -> ForwardResponse {
     if results.iter().all(|r| r.is_ok()) {
         return ForwardResponse::Outcomes(results.into_iter().flatten().collect());
     }
-    if let Some(Err(NodeError::Overloaded { retry_after_ms, .. })) = results.first() {
-        let retry_after_ms = *retry_after_ms;
-        if results
-            .iter()
-            .all(|r| matches!(r, Err(NodeError::Overloaded { .. })))
+    let alike =
+        |same: fn(&NodeError) -> bool| results.iter().all(|r| r.as_ref().err().is_some_and(same));
+    match results.first() {
+        Some(Err(NodeError::Overloaded { retry_after_ms, .. }))
+            if alike(|e| matches!(e, NodeError::Overloaded { .. })) =>
         {
-            return ForwardResponse::Overloaded { retry_after_ms };
+            return ForwardResponse::Overloaded {
+                retry_after_ms: *retry_after_ms,
+            };
         }
+        Some(Err(NodeError::NotLeader(leader)))
+            if alike(|e| matches!(e, NodeError::NotLeader(_))) =>
+        {
+            return ForwardResponse::NotLeader(*leader);
+        }
+        Some(Err(NodeError::Unavailable(message)))
+            if alike(|e| matches!(e, NodeError::Unavailable(_))) =>
+        {
+            return ForwardResponse::Unavailable(message.clone());
+        }
+        _ => {}
     }
     ForwardResponse::Each(
         results
@@ -421,5 +435,25 @@ mod tests {
                 "internal error: gone".into()
             ))])
         );
+    }
+
+    /// A group that failed alike is answered as before `Each`, which a follower of the
+    /// previous version cannot read.
+    #[test]
+    fn a_group_that_failed_alike_gets_one_answer() {
+        let not_leader = || Err(NodeError::NotLeader(Some(2)));
+        assert_eq!(
+            group_answer(vec![not_leader(), not_leader()]),
+            ForwardResponse::NotLeader(Some(2))
+        );
+        let unavailable = || Err(NodeError::Unavailable("no quorum".into()));
+        assert_eq!(
+            group_answer(vec![unavailable(), unavailable()]),
+            ForwardResponse::Unavailable("no quorum".into())
+        );
+        assert!(matches!(
+            group_answer(vec![not_leader(), unavailable()]),
+            ForwardResponse::Each(_)
+        ));
     }
 }

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tonic::Status;
 
 use ledger_core::{keycode, EffectKey, EffectRecord};
-use ledger_proto::{pb, WatchFilter};
+use ledger_proto::{pb, WatchFilter, WATCHES_FULL_METADATA};
 use ledger_raft_store::{Change, LedgerReader};
 
 /// Watches one node serves at once; more are answered `RESOURCE_EXHAUSTED`.
@@ -76,13 +76,17 @@ impl Watches {
         let open = self.0.fetch_add(1, Ordering::SeqCst);
         let slot = Slot(self.0.clone());
         if open >= WATCHES_MAX {
-            // UNAVAILABLE, not RESOURCE_EXHAUSTED: the other nodes may well have room, and
-            // a client moves on to another node after UNAVAILABLE where it would wait
-            // out an overload on this one.
-            return Err(Status::unavailable(format!(
+            // UNAVAILABLE, marked, not RESOURCE_EXHAUSTED: the other nodes may well have
+            // room, and a client tries them where it would wait out an overload here.
+            let mut status = Status::unavailable(format!(
                 "this node serves {WATCHES_MAX} watches already: watch through another \
                  node, or poll with Get"
-            )));
+            ));
+            status.metadata_mut().insert(
+                WATCHES_FULL_METADATA,
+                tonic::metadata::MetadataValue::from(1),
+            );
+            return Err(status);
         }
         // Subscribed before the first read: nothing applied after it is missed.
         let changes = reader.changes();

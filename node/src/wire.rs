@@ -161,9 +161,10 @@ pub enum ForwardResponse {
         /// The suggested wait.
         retry_after_ms: u64,
     },
-    /// One result per command of a group, in order, when some of them failed and others
-    /// did not (answered only then, so that a follower of the previous version, which
-    /// cannot read it, still reads every other answer).
+    /// One result per command of a group, in order, when some of them failed and not all
+    /// alike (a group that failed alike gets the single answer a follower of the previous
+    /// version reads; such a follower reports this one as an internal error, which its
+    /// caller's client retries with the same command ids).
     Each(Vec<Result<Outcome, ForwardFailure>>),
 }
 

@@ -21,6 +21,7 @@ pub use server::{raft_server, RAFT_MESSAGE_BYTES_MAX};
 pub use status::{
     item_error_to_status, outcome_to_response, refusal_to_status, status_to_item_error,
     status_to_refusal, wire_error_to_status, REFUSAL_METADATA_KEY, RETRY_AFTER_MS_METADATA,
+    WATCHES_FULL_METADATA,
 };
 
 /// Generated protobuf messages and tonic services.

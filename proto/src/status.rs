@@ -31,6 +31,10 @@ pub const REFUSAL_METADATA_KEY: &str = "ledger-refusal-bin";
 /// `RESOURCE_EXHAUSTED`, carries a refusal instead and no such entry.
 pub const RETRY_AFTER_MS_METADATA: &str = "retry-after-ms";
 
+/// Metadata key set on the `UNAVAILABLE` answer of a node that serves all the watches it
+/// may: the other nodes may have room, so a client tries them before it backs off.
+pub const WATCHES_FULL_METADATA: &str = "watches-full";
+
 /// The gRPC code a refusal is sent with.
 pub fn refusal_code(refusal: &Refusal) -> Code {
     match refusal {

@@ -89,7 +89,7 @@ impl Unused {
         }
     }
 
-    /// The run decided (to dispatch, or to give the grant back itself).
+    /// The grant is about to be dispatched on, or was given back.
     fn release(mut self) {
         self.grant = None;
     }
@@ -171,12 +171,12 @@ impl EffectRun<'_> {
             let step = match claim {
                 ClaimOutcome::Proceed(grant) => {
                     let unused = Unused::hold(runner.ledger(), key, &grant);
-                    let live = grant_still_live(runner, key, &grant, asked_at).await;
-                    unused.release();
-                    match live {
+                    match grant_still_live(runner, key, &grant, asked_at).await {
                         // Nothing was sent; the ledger's next answer says who holds it now.
+                        // Held until given back: dropped meanwhile, the guard gives it back.
                         None => {
                             give_back_unused(runner.ledger(), key, &grant, NEVER_SENT_LATE).await;
+                            unused.release();
                             Step::Again(EffectOutcome::Unknown {
                                 reason: "the grant arrived after its lease could have run \
                                          out; nothing was sent by this call"
@@ -184,6 +184,8 @@ impl EffectRun<'_> {
                             })
                         }
                         Some(live_since) => {
+                            // No await until `run_attempt`'s own guard is armed.
+                            unused.release();
                             *dispatched = true;
                             let end =
                                 run_attempt(runner, key, &grant, live_since, dispatch).await?;

@@ -16,6 +16,9 @@ use ledger_proto::WatchFilter;
 use super::EffectRunner;
 use crate::error::ClientError;
 
+/// Longest wait for a watch to open before a wait for an effect to settle polls instead.
+const WATCH_OPEN_MS_MAX: u64 = 1_000;
+
 /// How a wait for another attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settled {
@@ -36,11 +39,12 @@ impl EffectRunner {
     ) -> Result<Settled, ClientError> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
         let poll = Duration::from_millis(self.options().poll_interval_ms.max(1));
-        // Bounded by the wait: a node that serves all the watches it may turns the next
-        // away, which the transport retries on the other nodes for up to its whole retry
-        // budget; this wait polls instead once its own time is up.
+        // Bounded: when every node serves all the watches it may (or none answers), the
+        // transport retries for up to its whole retry budget; this wait polls instead once
+        // a second, or its own time, is up.
         let watching = self.ledger().watch(WatchFilter::effect(key));
-        let mut watch = tokio::time::timeout(Duration::from_millis(wait_ms), watching)
+        let open_ms = wait_ms.min(WATCH_OPEN_MS_MAX);
+        let mut watch = tokio::time::timeout(Duration::from_millis(open_ms), watching)
             .await
             .ok()
             .and_then(Result::ok);
