@@ -10,10 +10,12 @@
 //! Each item is the request its own call would send, command id included, and the node
 //! serves it as that call, so batching changes how calls travel, never what they do:
 //!
-//! - A batch is sent by [`Transport::call`]: the same retries, redirects and overload waits
-//!   as a single call, and when they are spent every item fails as its call would have.
-//!   Re-sending a batch re-sends each item's command id, so an item applied before an
-//!   answer was lost returns its first outcome.
+//! - A batch is sent by [`Transport::call_after_overload`]: the same retries, redirects and
+//!   overload waits as a single call, and when the retries are spent every item fails as
+//!   its call would have. Re-sending a batch re-sends each item's command id, so an item
+//!   applied before an answer was lost returns its first outcome. The batch's overload
+//!   waits count against each item's overload budget, which the batch spends from the item
+//!   that waited most; once that one's is spent, each item is judged by its own.
 //! - The items of a batch turned away as overloaded wait what the node suggested (once,
 //!   together; capped, with jitter, as a single call waits) and are queued again together
 //!   for a later batch; an item whose waits would pass the overload budget fails with
@@ -94,7 +96,7 @@ impl Batcher {
     pub(crate) async fn call(&self, item: Item) -> Result<Answer, ClientError> {
         let bytes = encoded_len(&item);
         if bytes > ALONE_BYTES || !self.shared.supported.load(Ordering::Relaxed) {
-            return self.shared.alone(item).await;
+            return self.shared.alone(item, 0).await;
         }
         let (answer, answered) = oneshot::channel();
         self.shared.enqueue([Waiting {
@@ -164,7 +166,7 @@ impl Shared {
     async fn send(self: &Arc<Self>, batch: Vec<Waiting>) {
         if !self.supported.load(Ordering::Relaxed) {
             for waiting in batch {
-                self.resend(waiting.item, waiting.answer);
+                self.resend(waiting.item, waiting.answer, waiting.overload_waited_ms);
             }
             return;
         }
@@ -179,8 +181,11 @@ impl Shared {
             .unzip();
         let message = pb::BatchRequest { items };
         let t = &self.transport;
-        let sent = t
-            .call(|ch| {
+        // The batch's own overload waits count against every item's budget, from the
+        // item that waited most: no item waits longer in all than a single call may.
+        let waited_before_ms = answers.iter().map(|(.., w)| *w).max().unwrap_or(0);
+        let (sent, batch_waited_ms) = t
+            .call_after_overload(waited_before_ms, |ch| {
                 let request = t.request(message.clone());
                 async move { LedgerClient::grpc(ch).batch(request).await }
             })
@@ -194,9 +199,24 @@ impl Shared {
             }) => {
                 tracing::info!("the ledger node has no Batch call; sending calls one by one");
                 self.supported.store(false, Ordering::Relaxed);
-                for (item, (answer, ..)) in items.zip(answers) {
-                    self.resend(item, answer);
+                for (item, (answer, _, waited_ms)) in items.zip(answers) {
+                    self.resend(item, answer, waited_ms + batch_waited_ms);
                 }
+                return;
+            }
+            // Turned away until the item that waited most ran out of budget: each item is
+            // judged by its own, and those with budget left wait and come back together.
+            Err(ClientError::Overloaded { retry_after_ms, .. }) => {
+                let shed = items
+                    .zip(answers)
+                    .map(|(item, (answer, bytes, waited_ms))| Waiting {
+                        item,
+                        bytes,
+                        answer,
+                        overload_waited_ms: waited_ms + batch_waited_ms,
+                    })
+                    .collect();
+                self.requeue_after_overload(shed, Some(retry_after_ms));
                 return;
             }
             Err(error) => {
@@ -220,6 +240,7 @@ impl Shared {
         let mut shed = Vec::new();
         let mut hint = None;
         for ((item, (answer, bytes, waited_ms)), result) in items.zip(answers).zip(results) {
+            let waited_ms = waited_ms + batch_waited_ms;
             match result.result {
                 Some(Answer::Error(error)) => {
                     let status = ledger_proto::item_error_to_status(error);
@@ -232,7 +253,7 @@ impl Shared {
                             overload_waited_ms: waited_ms,
                         });
                     } else if retryable(&status) {
-                        self.resend(item, answer);
+                        self.resend(item, answer, waited_ms);
                     } else {
                         let _ = answer.send(Err(ClientError::from_status(status)));
                     }
@@ -283,32 +304,40 @@ impl Shared {
         });
     }
 
-    /// Sends `item` on its own, in a task of its own (its retries and overload waits must
-    /// not hold up the batches), and answers it.
-    fn resend(self: &Arc<Self>, item: Item, answer: oneshot::Sender<Result<Answer, ClientError>>) {
+    /// Sends `item`, which already waited `waited_ms` on overload answers, on its own, in a
+    /// task of its own (its retries and overload waits must not hold up the batches), and
+    /// answers it.
+    fn resend(
+        self: &Arc<Self>,
+        item: Item,
+        answer: oneshot::Sender<Result<Answer, ClientError>>,
+        waited_ms: u64,
+    ) {
         let shared = self.clone();
         tokio::spawn(async move {
-            let _ = answer.send(shared.alone(item).await);
+            let _ = answer.send(shared.alone(item, waited_ms).await);
         });
     }
 
-    /// The answer to `item` sent as its own call.
-    async fn alone(&self, item: Item) -> Result<Answer, ClientError> {
+    /// The answer to `item` sent as its own call, after `waited_ms` of overload waits.
+    async fn alone(&self, item: Item, waited_ms: u64) -> Result<Answer, ClientError> {
         let t = &self.transport;
         match item {
             Item::Claim(message) => t
-                .call(|ch| {
+                .call_after_overload(waited_ms, |ch| {
                     let request = t.request(message.clone());
                     async move { LedgerClient::grpc(ch).claim(request).await }
                 })
                 .await
+                .0
                 .map(|r| Answer::Claim(r.into_inner())),
             Item::Report(message) => t
-                .call(|ch| {
+                .call_after_overload(waited_ms, |ch| {
                     let request = t.request(message.clone());
                     async move { LedgerClient::grpc(ch).report(request).await }
                 })
                 .await
+                .0
                 .map(|r| Answer::Report(r.into_inner())),
         }
     }

@@ -307,14 +307,30 @@ impl Transport {
     /// (the same request, built again by `call` with [`Transport::request`]) while failures
     /// are retryable. An overload answer is waited out on the same endpoint (see the
     /// module's documentation) without spending an attempt.
-    pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.call_after_overload(0, call).await.0
+    }
+
+    /// [`Transport::call`] for requests that already waited `waited_ms` on overload
+    /// answers (the items of a batch, turned away before), which count against the same
+    /// budget; also returns how long this call waited on such answers.
+    pub(crate) async fn call_after_overload<T, F, Fut>(
+        &self,
+        waited_ms: u64,
+        mut call: F,
+    ) -> (Result<T, ClientError>, u64)
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
         let retry = &self.inner.retry;
         let mut backoff_ms = retry.backoff_ms;
-        let mut overload_waited_ms = 0;
+        let mut overload_waited_ms = waited_ms;
+        let waited = |total: u64| total - waited_ms;
         let mut last = None;
         let mut attempt = 0;
         while attempt < retry.attempts {
@@ -322,7 +338,7 @@ impl Transport {
             let fut = call(self.channel(i));
             let timeout = Duration::from_millis(retry.attempt_timeout_ms);
             let status = match tokio::time::timeout(timeout, fut).await {
-                Ok(Ok(value)) => return Ok(value),
+                Ok(Ok(value)) => return (Ok(value), waited(overload_waited_ms)),
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded(format!(
                     "no answer from {} in {} ms",
@@ -330,14 +346,20 @@ impl Transport {
                 )),
             };
             if let Some(hint) = overload_hint(&status) {
-                let wait_ms = self.overload_wait(hint, overload_waited_ms)?;
+                let wait_ms = match self.overload_wait(hint, overload_waited_ms) {
+                    Ok(wait_ms) => wait_ms,
+                    Err(e) => return (Err(e), waited(overload_waited_ms)),
+                };
                 tracing::debug!(endpoint = %self.inner.endpoints[i], wait_ms, "overloaded; waiting");
                 tokio::time::sleep(Duration::from_millis(wait_ms)).await;
                 overload_waited_ms += wait_ms;
                 continue;
             }
             if !retryable(&status) {
-                return Err(ClientError::from_status(status));
+                return (
+                    Err(ClientError::from_status(status)),
+                    waited(overload_waited_ms),
+                );
             }
             tracing::debug!(endpoint = %self.inner.endpoints[i], attempt, error = %status, "retrying");
             last = Some(status);
@@ -348,10 +370,11 @@ impl Transport {
                 backoff_ms = (backoff_ms * 2).min(retry.backoff_ms_max);
             }
         }
-        Err(ClientError::Unavailable {
+        let unavailable = ClientError::Unavailable {
             attempts: retry.attempts,
             last: last.map(|s| s.message().to_owned()).unwrap_or_default(),
-        })
+        };
+        (Err(unavailable), waited(overload_waited_ms))
     }
 
     /// How long to wait after an overload answer suggesting `hint` (ms; the retry policy's

@@ -37,6 +37,9 @@ enum Mode {
     /// hint of [`SHED_HINT_MS`] the first time each arrives (always, with `always`),
     /// others as `Serve`.
     ShedMarked { always: bool },
+    /// Sheds every item of its first `sheds` batches as `ShedMarked` does, then turns
+    /// every batch away whole: RESOURCE_EXHAUSTED with the same hint.
+    ShedThenTurnAway { sheds: usize },
 }
 
 /// The retry-after hint of a shed item.
@@ -51,6 +54,16 @@ struct FakeNode {
     /// Command ids of reports that came in batches, with when they came and in which
     /// batch (its place in `batches`).
     batched: Arc<Mutex<Vec<(String, tokio::time::Instant, usize)>>>,
+}
+
+/// A node's answer that it admits no more calls: RESOURCE_EXHAUSTED, [`SHED_HINT_MS`].
+fn overloaded() -> Status {
+    let mut status = Status::resource_exhausted("admission queue full");
+    status.metadata_mut().insert(
+        ledger_proto::RETRY_AFTER_MS_METADATA,
+        SHED_HINT_MS.to_string().parse().unwrap(),
+    );
+    status
 }
 
 /// The answer the fake gives a report served: committed, its command id as receipt.
@@ -73,7 +86,11 @@ impl Handler for FakeNode {
         match self.mode {
             Mode::Old => return Err(fake::unimplemented()),
             Mode::Deny => return Err(Status::permission_denied("not for you")),
-            Mode::Serve | Mode::FailMarked | Mode::ShedMarked { .. } => {}
+            Mode::ShedThenTurnAway { sheds } if number >= sheds => return Err(overloaded()),
+            Mode::Serve
+            | Mode::FailMarked
+            | Mode::ShedMarked { .. }
+            | Mode::ShedThenTurnAway { .. } => {}
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
         let results = items
@@ -83,18 +100,16 @@ impl Handler for FakeNode {
                     let mut batched = self.batched.lock().unwrap();
                     let seen = batched.iter().any(|(id, ..)| *id == r.command_id);
                     batched.push((r.command_id.clone(), tokio::time::Instant::now(), number));
-                    if let Mode::ShedMarked { always } = self.mode {
-                        if r.command_id.ends_with('!') && (always || !seen) {
-                            let mut status = Status::resource_exhausted("admission queue full");
-                            status.metadata_mut().insert(
-                                ledger_proto::RETRY_AFTER_MS_METADATA,
-                                SHED_HINT_MS.to_string().parse().unwrap(),
-                            );
-                            let error = ledger_proto::status_to_item_error(&status);
-                            return pb::BatchResult {
-                                result: Some(Answer::Error(error)),
-                            };
-                        }
+                    let shed = match self.mode {
+                        Mode::ShedMarked { always } => always || !seen,
+                        Mode::ShedThenTurnAway { .. } => true,
+                        _ => false,
+                    };
+                    if shed && r.command_id.ends_with('!') {
+                        let error = ledger_proto::status_to_item_error(&overloaded());
+                        return pb::BatchResult {
+                            result: Some(Answer::Error(error)),
+                        };
                     }
                 }
                 let result = match item.command {
@@ -321,6 +336,36 @@ async fn an_item_overloaded_past_its_budget_fails_as_overloaded() {
     // Waits of 200 to 300 ms, at most 1 s of them: three to five waits, so four to six
     // tries in all.
     assert!((4..=6).contains(&tries), "{tries}");
+}
+
+/// An item's overload waits in batches turned away whole count against the budget it
+/// already spent when shed from earlier batches: it fails `Overloaded` once its waits in
+/// all would pass one budget, not after the whole call has spent a budget of its own.
+#[tokio::test]
+async fn an_item_shed_and_then_turned_away_with_its_batch_waits_one_budget_in_all() {
+    const BUDGET_MS: u64 = 2_000;
+    let overload = OverloadPolicy {
+        wait_ms_max: BUDGET_MS,
+        ..OverloadPolicy::default()
+    };
+    // Shed five times (waits of 200 to 300 ms: 1 to 1.5 s of the budget), then turned
+    // away whole.
+    let served = serve_with(Mode::ShedThenTurnAway { sheds: 5 }, overload).await;
+    let answers = reports(&served.client, 1, |_| true).await;
+    let Err(ClientError::Overloaded { waited_ms, .. }) = answers[0].1 else {
+        panic!("expected Overloaded, got {:?}", answers[0].1);
+    };
+    assert!(waited_ms <= BUDGET_MS, "waited {waited_ms} ms");
+    // Every turn-away but the last of each call was waited out, and a call after the first
+    // followed a wait in the queue: five waits when shed and one per whole turn-away less
+    // one, each of at least the hint. The item's answer counts them all; a whole call that
+    // spent a budget of its own would count only its own, and take more than one budget.
+    let turned_away = served.node.batches.lock().unwrap().len() - 5;
+    assert!(turned_away > 0, "never turned away whole");
+    assert!(
+        waited_ms >= SHED_HINT_MS * (turned_away as u64 + 4),
+        "waited {waited_ms} ms over 5 sheds and {turned_away} whole turn-aways"
+    );
 }
 
 #[tokio::test]
