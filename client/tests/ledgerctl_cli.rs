@@ -104,6 +104,39 @@ fn an_unknown_command_and_a_missing_endpoint_say_what_to_do() {
     assert!(err.contains("$LEDGER_ENDPOINTS"), "{err}");
 }
 
+/// A decision whose answer never came may have been applied: the failure names its command
+/// id, so that it can be sent again with `--command-id` and applied at most once.
+#[test]
+fn a_decision_left_unanswered_names_its_command_id() {
+    // A port nothing listens on (bound, then closed).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let out = ledgerctl_blocking(&[
+        "--endpoints",
+        &addr,
+        "--api-key",
+        "operator-key-000001",
+        "decide",
+        "acme/tests/k1",
+        "not-committed",
+        "--operator",
+        "ops",
+        "--note",
+        "checked",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let id = err
+        .split("--command-id ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no command id named: {err}"));
+    assert!(id.starts_with("ledgerctl/decide/"), "{err}");
+}
+
 fn declaration(tool: &str, key: &str, workflow: &str) -> Declaration {
     let (provider, name) = tool.split_once('/').expect("provider/name");
     Declaration {

@@ -85,6 +85,29 @@ impl Failure {
         Failure { message, hint }
     }
 
+    /// [`Failure::from_client`] for a command sent with `command_id`: when the error
+    /// leaves open whether the ledger applied it (no answer, overloaded after a try that
+    /// got none), the message names the id, so that the command can be sent again with
+    /// it (`--command-id`) and is applied at most once.
+    pub fn from_command(what: &str, command_id: &str, e: ClientError) -> Self {
+        let maybe_applied = match &e {
+            ClientError::Unavailable { .. } | ClientError::Overloaded { .. } => true,
+            ClientError::Status { code, .. } => matches!(
+                code,
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
+            ),
+            _ => false,
+        };
+        let mut failure = Failure::from_client(what, e);
+        if maybe_applied {
+            failure.message.push_str(&format!(
+                "\n  it may have been applied: run it again with --command-id {command_id}, \
+                 which the ledger applies at most once"
+            ));
+        }
+        failure
+    }
+
     /// Whether a node refused the caller's key, which no amount of waiting changes.
     pub fn refused_key(e: &ClientError) -> bool {
         match e {

@@ -222,7 +222,7 @@ pub async fn decide(client: &LedgerClient, args: &Decide, format: Format) -> Cli
             &args.note,
         )
         .await
-        .map_err(|e| Failure::from_client("decide", e))?;
+        .map_err(|e| Failure::from_command("decide", &command_id, e))?;
     match format {
         Format::Json => print_json(&serde_json::json!({
             "key": key.to_string(),
