@@ -62,6 +62,7 @@ pub use outcome::{
     ClaimOutcome, Grant, IntentConflict, Outcome, Quota, ReconcileOutcome, Refusal, Unsettled,
 };
 pub use policy::{ReplayClass, TenantSettings, ToolName, ToolPolicy, ToolRef};
+pub use reconcile::PAST_HORIZON_NOTE;
 pub use record::{
     Amendment, Attempt, AttemptKind, AttemptOutcome, Authority, Decision, EffectRecord,
     EffectState, Escalation, EscalationReason, Observation, ObservationResult, OperatorDecision,

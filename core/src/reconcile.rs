@@ -15,6 +15,7 @@ use crate::key::{validate_detail, validate_name, EffectKey};
 use crate::ledger::Ledger;
 use crate::limits::EARLY_NOT_FOUND_MAX;
 use crate::outcome::{Outcome, ReconcileOutcome, Refusal};
+use crate::policy::ReplayClass;
 use crate::record::{
     AttemptKind, AttemptOutcome, Decision, EffectRecord, EffectState, Observation,
     ObservationResult, OperatorDecision,
@@ -101,6 +102,16 @@ impl<S: Store> Ledger<S> {
     ///     recorded (annotated) and counted as an ambiguous observation, so such a tool
     ///     ends in escalation when the budget is spent.
     ///
+    ///   Before all of that, for a keyed tool: a look-up that may have been made once the
+    ///   provider's horizon had passed (the report is applied when real time may be past
+    ///   the effect's horizon deadline, by its stamp's upper bound) proves nothing either.
+    ///   The provider no longer remembers the key then, and a look-up that finds effects
+    ///   by it (the usual one) misses an effect that happened; the ledger cannot tell
+    ///   such a look-up from one by something the provider keeps. Recorded (annotated)
+    ///   and counted as ambiguous, so an effect left unsettled past its horizon ends in
+    ///   escalation, a person's decision, never in a second dispatch (DESIGN.md sections
+    ///   5 and 7: `horizon_passed` is "reconcile or escalate").
+    ///
     /// An operator's `Decision::NotCommitted` is a person's judgement and is not held to
     /// this rule.
     pub(crate) fn observe(
@@ -141,6 +152,9 @@ impl<S: Store> Ledger<S> {
         }
         self.update(stored, |rec, _| {
             let absence = match result {
+                ObservationResult::NotCommitted if past_horizon(rec, at) => {
+                    Some(Absence::PastHorizon)
+                }
                 ObservationResult::NotCommitted => {
                     let looked_after = rec.looked_after_ms(token).unwrap_or(now);
                     Some(absence(rec, looked_after))
@@ -159,6 +173,7 @@ impl<S: Store> Ledger<S> {
                 Some(Absence::Unprovable) => {
                     format!("{detail} [proves nothing: the provider declares no processing bound]")
                 }
+                Some(Absence::PastHorizon) => format!("{detail} [{PAST_HORIZON_NOTE}]"),
                 Some(Absence::Proven) | None => detail.to_owned(),
             };
             rec.observations.push(Observation {
@@ -265,6 +280,24 @@ enum Absence {
     },
     /// The provider declares no processing bound: a look-up never proves absence.
     Unprovable,
+    /// A keyed tool's look-up, made when the provider's horizon may have passed: it may
+    /// have missed an effect whose key the provider no longer remembers.
+    PastHorizon,
+}
+
+/// How a keyed tool's not-found observation reported past its horizon is annotated: it
+/// proves nothing (see `Ledger::observe`).
+pub const PAST_HORIZON_NOTE: &str = "proves nothing: looked up when the provider's horizon \
+                                     may have passed, and with it its memory of the key";
+
+/// Whether an observation of `rec` reported at `at` may have been looked up after the
+/// provider's horizon: a keyed tool's, when real time may be past its horizon deadline.
+/// Other tools' providers keep no key, so their horizon (zero by default) judges nothing.
+fn past_horizon(rec: &EffectRecord, at: Stamp) -> bool {
+    rec.policy.class == ReplayClass::KeyedIdempotent
+        && rec
+            .horizon_deadline_ms
+            .is_some_and(|deadline_ms| at.real_ms_max >= deadline_ms)
 }
 
 /// What a look-up made after ledger time `looked_after_ms` proves.

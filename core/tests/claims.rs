@@ -277,11 +277,57 @@ fn horizon_passed_when_a_keyed_provider_has_forgotten_the_key() {
         }
         other => panic!("expected horizon_passed, got {other:?}"),
     }
-    // Reconciliation is the way on.
+    // Reconciliation is the way on, but a look-up that finds nothing proves nothing now:
+    // the provider no longer remembers the key, and a look-up by it misses an effect that
+    // happened. Each such look-up counts; the budget spent, a person decides.
+    let observations_max = h.record(&d).policy.observations_max;
+    for _ in 0..observations_max {
+        let r = h.reconcile_grant(&d);
+        h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+        assert_eq!(h.state(&d), EffectState::UnknownAfterDispatch);
+        let detail = h.record(&d).observations.last().unwrap().detail.clone();
+        assert!(detail.contains("horizon may have passed"), "{detail}");
+    }
+    assert!(
+        matches!(h.claim(&d), Outcome::Claim(ClaimOutcome::Escalated { .. })),
+        "never dispatched again without a person's decision"
+    );
+}
+
+#[test]
+fn a_look_up_that_may_follow_the_horizon_proves_nothing_and_one_before_it_does() {
+    let mut h = Harness::new();
+    let d = refund("r-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    let horizon_ms = g
+        .horizon_deadline_ms
+        .expect("a keyed dispatch has a horizon");
+    // Looked up and reported before the horizon (and after the absence deadline): proof.
+    h.advance_until_absence_provable(&d);
+    assert!(h.now + LEASE_MS < horizon_ms);
     let r = h.reconcile_grant(&d);
     h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
-    let g2 = h.proceed(&d);
-    assert_eq!(g2.horizon_deadline_ms, Some(h.now + HORIZON_MS));
+    assert_eq!(h.state(&d), EffectState::FailedBeforeEffect);
+    // The same, reported when real time may have reached the horizon: no proof.
+    let mut h = Harness::new();
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    h.now = horizon_ms - LEASE_MS;
+    let r = h.reconcile_grant(&d);
+    h.now = horizon_ms;
+    h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+    assert_eq!(h.state(&d), EffectState::UnknownAfterDispatch);
+    // A look-up that finds it settles it whenever it is made.
+    let r = h.reconcile_grant(&d);
+    h.observe(
+        &d,
+        r.fencing_token,
+        ObservationResult::Committed {
+            receipt: "rf_1".into(),
+        },
+    );
+    assert_eq!(h.state(&d), EffectState::Committed);
 }
 
 #[test]
