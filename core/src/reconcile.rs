@@ -15,7 +15,6 @@ use crate::key::{validate_detail, validate_name, EffectKey};
 use crate::ledger::Ledger;
 use crate::limits::EARLY_NOT_FOUND_MAX;
 use crate::outcome::{Outcome, ReconcileOutcome, Refusal};
-use crate::policy::ReplayClass;
 use crate::record::{
     AttemptKind, AttemptOutcome, Decision, EffectRecord, EffectState, Observation,
     ObservationResult, OperatorDecision,
@@ -102,7 +101,8 @@ impl<S: Store> Ledger<S> {
     ///     recorded (annotated) and counted as an ambiguous observation, so such a tool
     ///     ends in escalation when the budget is spent.
     ///
-    ///   Before all of that, for a keyed tool: a look-up that may have been made once the
+    ///   Before all of that, for a tool whose provider keeps keys for a horizon (keyed, or
+    ///   irreversible with a declared horizon): a look-up that may have been made once the
     ///   provider's horizon had passed (the report is applied when real time may be past
     ///   the effect's horizon deadline, by its stamp's upper bound) proves nothing either.
     ///   The provider no longer remembers the key then, and a look-up that finds effects
@@ -291,10 +291,11 @@ pub const PAST_HORIZON_NOTE: &str = "proves nothing: looked up when the provider
                                      may have passed, and with it its memory of the key";
 
 /// Whether an observation of `rec` reported at `at` may have been looked up after the
-/// provider's horizon: a keyed tool's, when real time may be past its horizon deadline.
-/// Other tools' providers keep no key, so their horizon (zero by default) judges nothing.
+/// provider's horizon: when its provider keeps keys for a horizon (a keyed tool's, or an
+/// irreversible one's that declares a horizon) and real time may be past the effect's
+/// horizon deadline. A provider that keeps no key (horizon zero) forgets nothing.
 fn past_horizon(rec: &EffectRecord, at: Stamp) -> bool {
-    rec.policy.class == ReplayClass::KeyedIdempotent
+    rec.policy.provider_horizon_ms > 0
         && rec
             .horizon_deadline_ms
             .is_some_and(|deadline_ms| at.real_ms_max >= deadline_ms)

@@ -294,6 +294,25 @@ fn horizon_passed_when_a_keyed_provider_has_forgotten_the_key() {
     );
 }
 
+/// An irreversible tool whose provider keeps keys for a horizon (a bank's wire transfer)
+/// is looked up by the key too: past the horizon a miss proves nothing, and a passed
+/// horizon on an irreversible tool ends with a person.
+#[test]
+fn an_irreversible_tool_is_not_settled_by_a_miss_past_its_horizon() {
+    let mut h = Harness::new();
+    let d = message("m-1");
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    h.advance(HORIZON_MS);
+    let r = h.reconcile_grant(&d);
+    h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+    let record = h.record(&d);
+    assert_eq!(record.state, EffectState::UnknownAfterDispatch);
+    assert!(record.is_escalated(), "{record:?}");
+    let detail = &record.observations.last().unwrap().detail;
+    assert!(detail.contains(ledger_core::PAST_HORIZON_NOTE), "{detail}");
+}
+
 #[test]
 fn a_look_up_that_may_follow_the_horizon_proves_nothing_and_one_before_it_does() {
     let mut h = Harness::new();

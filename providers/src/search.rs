@@ -12,8 +12,8 @@
 //! effect's provider horizon has passed: the answer is unknown. Whether it has passed is
 //! judged when the look-up has returned (a look-up that started before the horizon may
 //! reach the provider after it), and early by the clocks' margin (`clock_margin_ms`).
-//! (The ledger holds a keyed tool's miss reported past its horizon to prove nothing in
-//! any case, by its own clocks; the flag says so on this side too, as an unknown.) A provider with no search
+//! (The ledger holds a miss reported past the provider's horizon to prove nothing in any
+//! case, by its own clocks; the flag says so on this side too, as an unknown.) A provider with no search
 //! at all is [`Unobservable`]: every look-up is unknown, and the ledger escalates when
 //! the tool's observation budget is spent.
 

@@ -101,6 +101,14 @@
 //!   below its own wall clock plus the skew (`ledger_node::real_time`, unit test
 //!   `a_stamp_received_late_leaves_the_leaders_wall_clock_above_real_time`): the
 //!   re-send is told `horizon_passed` and reconciliation finds the refund.
+//! - `a_miss_past_the_horizon_proves_nothing` (seeds 93017 and 93018, found with the
+//!   rule switched off to show that the sweep sees it): a bank transfer's outcome was
+//!   unknown when its provider's 30 s horizon passed; the bank forgets keys then, and its
+//!   search by key with them. The look-up found nothing, the ledger settled the transfer
+//!   failed before effect, and a second wire was sent. The simulation's bank adapter no
+//!   longer says it forgets (`forgets_after_horizon` off), so what stops it is the
+//!   ledger's rule: a miss reported when real time may be past the horizon proves
+//!   nothing (`core/src/reconcile.rs::past_horizon`).
 
 #![cfg(madsim)]
 
@@ -186,7 +194,18 @@ const LATE_STAMP: Scenario = Scenario {
     default_seeds: &[2653],
 };
 
+const MISS_PAST_HORIZON: Scenario = Scenario {
+    test_binary: "vopr_regressions",
+    test_name: "a_miss_past_the_horizon_proves_nothing",
+    default_seeds: &[93017, 93018],
+};
+
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_miss_past_the_horizon_proves_nothing() {
+    seeds::run(&MISS_PAST_HORIZON, scenario);
+}
 
 #[test]
 fn a_late_stamp_does_not_hide_real_time_from_a_new_leader() {

@@ -42,10 +42,14 @@ impl ProviderKind {
     pub fn search(self) -> Option<SearchSpec> {
         match self {
             ProviderKind::Refund => Some(example::refunds()),
-            ProviderKind::Wire => Some(SearchSpec {
-                forgets_after_horizon: true,
-                ..SearchSpec::new("/bank/wires?idempotency_key={provider_key}", "wires")
-            }),
+            // The bank forgets keys after its horizon, and its search with them. The
+            // adapter does not say so (`forgets_after_horizon` off): the ledger's own rule,
+            // that a miss reported past the horizon proves nothing, is what keeps a second
+            // wire from being sent.
+            ProviderKind::Wire => Some(SearchSpec::new(
+                "/bank/wires?idempotency_key={provider_key}",
+                "wires",
+            )),
             ProviderKind::Ticket => Some(example::tickets()),
             ProviderKind::Append => {
                 Some(SearchSpec::new("/files/lines?ref={provider_key}", "lines"))
