@@ -109,15 +109,15 @@ impl Route {
             .map_err(|s| NodeError::Unavailable(format!("node {peer}: {}", s.message())))?;
         let response: ForwardResponse = wire::decode(&response.into_inner().payload)
             .map_err(|e| NodeError::Internal(format!("node {peer} sent garbage: {e}")))?;
-        match response {
-            ForwardResponse::NotLeader(l) => Err(NodeError::NotLeader(l)),
-            ForwardResponse::Unavailable(m) => Err(NodeError::Unavailable(m)),
-            ForwardResponse::Overloaded { retry_after_ms } => Err(NodeError::Overloaded {
-                what: format!("leader {peer} admits no more calls"),
-                retry_after_ms,
-            }),
-            other => Ok(other),
-        }
+        let refused = match response {
+            ForwardResponse::NotLeader(l) => ForwardFailure::NotLeader(l),
+            ForwardResponse::Unavailable(m) => ForwardFailure::Unavailable(m),
+            ForwardResponse::Overloaded { retry_after_ms } => {
+                ForwardFailure::Overloaded { retry_after_ms }
+            }
+            other => return Ok(other),
+        };
+        Err(failure(peer, refused))
     }
 }
 
@@ -241,13 +241,13 @@ async fn send(route: &Route, leader: u64, group: Vec<Waiting>) {
     answer_all(replies, result);
 }
 
-/// The error a command's caller gets for the leader's failure to serve it.
-fn failure(leader: u64, failure: ForwardFailure) -> NodeError {
+/// The error a caller gets for `peer`'s failure to serve its call or command.
+fn failure(peer: u64, failure: ForwardFailure) -> NodeError {
     match failure {
         ForwardFailure::NotLeader(l) => NodeError::NotLeader(l),
         ForwardFailure::Unavailable(m) => NodeError::Unavailable(m),
         ForwardFailure::Overloaded { retry_after_ms } => NodeError::Overloaded {
-            what: format!("leader {leader} admits no more commands"),
+            what: format!("leader {peer} admits no more calls"),
             retry_after_ms,
         },
         ForwardFailure::Timeout(ms) => NodeError::Timeout(ms),

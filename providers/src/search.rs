@@ -13,9 +13,9 @@
 //! judged when the look-up has returned (a look-up that started before the horizon may
 //! reach the provider after it), and early by the clocks' margin (`clock_margin_ms`).
 //! (The ledger holds a miss reported past the provider's horizon to prove nothing in any
-//! case, by its own clocks; the flag says so on this side too, as an unknown.) A provider with no search
-//! at all is [`Unobservable`]: every look-up is unknown, and the ledger escalates when
-//! the tool's observation budget is spent.
+//! case, by its own clocks; the flag says so on this side too, as an unknown.) A provider
+//! with no search at all is [`Unobservable`]: every look-up is unknown, and the ledger
+//! escalates when the tool's observation budget is spent.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -398,7 +398,6 @@ pub fn check_provider(
                 // Unknown, with a person to decide (see `check_all_committed`).
                 Some(r)
                     if r.state == EffectState::UnknownAfterDispatch
-                        && r.is_escalated()
                         && escalated_past_horizon(r) => {}
                 Some(r) => violations.push(format!(
                     "the provider executed {} but the ledger says {}",
@@ -464,7 +463,7 @@ pub fn check_all_committed<'a>(
             // The contract's answer when a clock says the provider's horizon has passed: a
             // look-up that finds nothing proves nothing then, and the effect goes to a
             // person. The provider's ground truth is checked on its own.
-            Some(r) if r.is_escalated() && escalated_past_horizon(r) => None,
+            Some(r) if escalated_past_horizon(r) => None,
             Some(r) => Some(format!(
                 "{key} ended {} (escalated: {})",
                 r.state,
@@ -478,10 +477,11 @@ pub fn check_all_committed<'a>(
 /// Whether `record` was left to a person because its look-ups that found nothing came when
 /// the provider's horizon may have passed (`ledger_core::PAST_HORIZON_NOTE`).
 pub fn escalated_past_horizon(record: &EffectRecord) -> bool {
-    record
-        .observations
-        .iter()
-        .any(|o| o.detail.contains(ledger_core::PAST_HORIZON_NOTE))
+    record.is_escalated()
+        && record
+            .observations
+            .iter()
+            .any(|o| o.detail.contains(ledger_core::PAST_HORIZON_NOTE))
 }
 
 /// Collects violations by property and fails with all of them at once.

@@ -309,8 +309,6 @@ impl<'a> EffectRun<'a> {
     }
 }
 
-/// The hash of `declaration`'s intent, for command ids; an intent that cannot be
-/// canonicalised gets the default hash, and the ledger refuses it with the reason.
 /// Runs `work` in the background from a guard's `drop`, if there is still a runtime to
 /// run it on: during a shutdown there is none, nothing can be sent, and the lease ends
 /// what the guard would have settled.
@@ -320,6 +318,8 @@ fn spawn_from_drop(work: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
+/// The hash of `declaration`'s intent, for command ids; an intent that cannot be
+/// canonicalised gets the default hash, and the ledger refuses it with the reason.
 fn intent_hash(declaration: &Declaration) -> IntentHash {
     canonicalize(&declaration.intent_json, &[])
         .map(|c| c.hash)
