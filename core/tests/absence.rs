@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use ledger_core::*;
+use proptest::prelude::*;
 
 /// A ticket whose first dispatch ended unknown at once; returns its grant.
 fn unknown_ticket(h: &mut Harness, d: &Declaration) -> Grant {
@@ -271,15 +272,11 @@ fn the_deadline_saturates_instead_of_overflowing() {
 fn early_look_ups_beyond_the_limit_count_against_the_budget() {
     let mut h = Harness::new();
     let d = ticket("t-1");
-    h.proceed(&d);
-    // A dispatch that heartbeats to the longest lease keeps the deadline far away.
-    let token = h.record(&d).attempts[0].fencing_token;
-    h.tenant(CommandBody::Heartbeat {
-        key: d.key.clone(),
-        fencing_token: token,
-        lease_ms: Some(10 * LEASE_MS),
-    });
-    h.unknown(&d, token);
+    let g = h.proceed(&d);
+    h.unknown(&d, g.fencing_token);
+    // Every look-up below is made at once, before the deadline: none can prove absence.
+    let provable_at_ms = h.record(&d).absence_provable_at_ms().unwrap();
+    assert!(h.now < provable_at_ms);
     for _ in 0..limits::EARLY_NOT_FOUND_MAX {
         assert_eq!(not_found(&mut h, &d), STILL_UNKNOWN);
     }
@@ -302,4 +299,105 @@ fn early_look_ups_beyond_the_limit_count_against_the_budget() {
     let rec = h.record(&d);
     assert_eq!(rec.observations_in_budget, 3);
     assert!(rec.observations.last().unwrap().detail.contains("counted"));
+    assert!(h.now < provable_at_ms);
+}
+
+/// How a dispatch attempt of the property below ends.
+#[derive(Debug, Clone, Copy)]
+enum DispatchEnd {
+    /// Its holder reports unknown this many ms after the grant (within the lease).
+    ReportedAfter(u64),
+    /// Its holder heartbeats to this many leases, then vanishes; the lease runs out.
+    ExpiredAfterLeases(u64),
+}
+
+fn dispatch_end() -> impl Strategy<Value = DispatchEnd> {
+    prop_oneof![
+        (0..LEASE_MS).prop_map(DispatchEnd::ReportedAfter),
+        (1..=5u64).prop_map(DispatchEnd::ExpiredAfterLeases),
+    ]
+}
+
+/// How long after the dispatch ended a reconciliation is granted: mostly around when a
+/// look-up starts to prove absence, sometimes around the provider's horizon.
+fn grant_delay() -> impl Strategy<Value = u64> {
+    let bound = PROCESSING_MS + VISIBILITY_LAG_MS;
+    prop_oneof![
+        3 => (bound - LEASE_MS)..(bound + LEASE_MS),
+        1 => (HORIZON_MS - 10 * LEASE_MS)..(HORIZON_MS + LEASE_MS),
+        1 => 0..(2 * HORIZON_MS),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// One dispatch ends unknown (reported or expired), a reconciliation is granted some
+    /// time later and reports "not found" within its lease. Written out independently of
+    /// the ledger: the look-up proves absence exactly when its attempt was granted at or
+    /// after the dispatch's lease end (its report, or the lease's last extension) plus the
+    /// processing bound and visibility lag, and, for a provider that keeps keys for a
+    /// horizon, it is reported before the horizon counted from the dispatch's grant.
+    /// Otherwise the effect stays unknown; a look-up past the horizon is counted and
+    /// annotated (and escalates an irreversible tool's effect), one before the bound is
+    /// not counted.
+    #[test]
+    fn a_not_found_look_up_proves_absence_exactly_when_the_rule_says(
+        tool in 0..3usize,
+        end in dispatch_end(),
+        delay in grant_delay(),
+        reported_after in 0..LEASE_MS,
+    ) {
+        let mut h = Harness::new();
+        let d = [refund("e-1"), deploy("e-1"), message("e-1")][tool].clone();
+        let horizon_ms = if tool == 1 { 0 } else { HORIZON_MS };
+        let g = h.proceed(&d);
+        let lease_end_ms = match end {
+            DispatchEnd::ReportedAfter(ms) => {
+                h.advance(ms);
+                h.unknown(&d, g.fencing_token);
+                h.now
+            }
+            DispatchEnd::ExpiredAfterLeases(n) => {
+                let out = h.tenant(CommandBody::Heartbeat {
+                    key: d.key.clone(),
+                    fencing_token: g.fencing_token,
+                    lease_ms: Some(n * LEASE_MS),
+                });
+                let Outcome::LeaseExtended { lease_until_ms } = out else {
+                    panic!("expected a lease, got {out:?}");
+                };
+                h.now = lease_until_ms;
+                h.expire();
+                lease_until_ms
+            }
+        };
+        prop_assert_eq!(h.state(&d), EffectState::UnknownAfterDispatch);
+        h.advance(delay);
+        let r = h.reconcile_grant(&d);
+        h.advance(reported_after);
+        let out = h.observe(&d, r.fencing_token, ObservationResult::NotCommitted);
+
+        let provable = r.granted_at_ms >= lease_end_ms + PROCESSING_MS + VISIBILITY_LAG_MS;
+        let past_horizon = horizon_ms > 0 && h.now >= g.granted_at_ms + horizon_ms;
+        let rec = h.record(&d);
+        let detail = &rec.observations.last().unwrap().detail;
+        if past_horizon {
+            // Counted; an irreversible tool past its horizon escalates at once.
+            let escalated = tool == 2;
+            prop_assert_eq!(
+                out,
+                Outcome::Observed { state: EffectState::UnknownAfterDispatch, escalated }
+            );
+            prop_assert!(detail.contains(PAST_HORIZON_NOTE), "{}", detail);
+            prop_assert_eq!(rec.observations_in_budget, 1);
+        } else if provable {
+            prop_assert_eq!(out, PROVEN_ABSENT);
+            prop_assert!(!rec.ambiguous);
+        } else {
+            prop_assert_eq!(out, STILL_UNKNOWN);
+            prop_assert!(detail.contains("proves nothing before"), "{}", detail);
+            prop_assert_eq!(rec.observations_in_budget, 0);
+        }
+    }
 }

@@ -4,7 +4,8 @@
 //! committed never changes; a stale token never fails an effect, extends a lease or wins
 //! a grant; fencing tokens only grow; the same key with a different intent is always a
 //! conflict; `failed_before_effect` only when every ambiguous dispatch was settled by a
-//! decision or by a not-found observation made once nothing could still land; an amend
+//! decision or by a not-found observation made once nothing could still land (judged at
+//! its reconciliation attempt's grant) and reported before the provider's horizon; an amend
 //! changes an intent only where nothing can have happened, and keeps the old hash;
 //! re-applying a command id returns the first outcome and changes nothing; a collected
 //! record leaves a tombstone (a declaration's slots all at once), a tombstoned key is
@@ -89,6 +90,9 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => prop_oneof![
             4 => prop_oneof![Just(0u64), Just(1), Just(LEASE_MS / 2), Just(LEASE_MS)],
+            // Half a lease short of when a look-up after a report proves absence: a
+            // reconciliation granted then and reported half a lease later proves nothing.
+            1 => Just(PROCESSING_MS + VISIBILITY_LAG_MS - LEASE_MS / 2),
             1 => Just(HORIZON_MS),
             1 => Just(RETENTION_MS),
         ]

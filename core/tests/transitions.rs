@@ -434,7 +434,21 @@ fn stale_holder_cannot_win_a_grant_or_extend_a_lease() {
             proof: "refused before send".into(),
         },
     );
-    let g2 = h.proceed(&d);
+    // Another instance wins the next grant.
+    let out = h.claim_as(&d, "server-b", None);
+    let Outcome::Claim(ClaimOutcome::Proceed(g2)) = out else {
+        panic!("expected proceed, got {out:?}");
+    };
+    // The first holder claims again: the live attempt is another's, no grant.
+    let out = h.claim_as(&d, "server-a", None);
+    assert_eq!(
+        out,
+        Outcome::Claim(ClaimOutcome::InFlight {
+            holder: "server-b".into(),
+            attempt_id: g2.attempt_id,
+            lease_until_ms: g2.lease_until_ms,
+        })
+    );
     let out = h.tenant(CommandBody::Heartbeat {
         key: d.key.clone(),
         fencing_token: g1.fencing_token,
@@ -446,6 +460,11 @@ fn stale_holder_cannot_win_a_grant_or_extend_a_lease() {
             offered: g1.fencing_token,
             latest: Some(g2.fencing_token)
         })
+    );
+    let open = h.record(&d).open_attempt().cloned().unwrap();
+    assert_eq!(
+        (open.fencing_token, open.lease_until_ms),
+        (g2.fencing_token, g2.lease_until_ms)
     );
     let out = h.tenant(CommandBody::Heartbeat {
         key: d.key.clone(),

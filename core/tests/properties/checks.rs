@@ -158,12 +158,26 @@ fn records(ledger: &Ledger) -> Vec<(EffectKey, EffectRecord)> {
 }
 
 /// An oracle independent of the record's `ambiguous` flag: every dispatch that ended
-/// unknown or expired is followed by a decision, or by a not-committed observation made
-/// when no earlier dispatch could still land (its lease end plus the declared processing
-/// bound and visibility lag; never without a declared bound).
+/// unknown or expired is followed by a decision, or by a not-committed observation that
+/// proves absence by the rule written out again here (DESIGN.md section 7):
+/// - the look-up was made under a reconciliation attempt granted (the latest time the
+///   ledger knows it was made after) once no earlier dispatch could still land: its lease
+///   end plus the declared processing bound and visibility lag; never without a declared
+///   bound;
+/// - for a provider that keeps keys for a horizon, it was reported before the horizon of
+///   the dispatch it settles had passed (the provider first saw the key no later than that
+///   dispatch; this harness stamps real time as ledger time).
 fn every_ambiguous_dispatch_settled(rec: &EffectRecord) -> bool {
-    let proves_absence = |o: &Observation| {
+    let proves_absence = |o: &Observation, dispatch: &Attempt| {
         let Some(processing_ms) = rec.policy.processing_ms_max else {
+            return false;
+        };
+        let Some(looked_after_ms) = rec
+            .attempts
+            .iter()
+            .find(|a| a.kind == AttemptKind::Reconcile && a.fencing_token == o.fencing_token)
+            .map(|a| a.granted_at_ms)
+        else {
             return false;
         };
         let lease_end_ms = rec
@@ -173,7 +187,10 @@ fn every_ambiguous_dispatch_settled(rec: &EffectRecord) -> bool {
             .map(|a| a.lease_until_ms)
             .max()
             .unwrap_or(0);
-        o.at_ms >= lease_end_ms + processing_ms + rec.policy.visibility_lag_ms
+        let horizon_ms = rec.policy.provider_horizon_ms;
+        let before_horizon = horizon_ms == 0 || o.at_ms < dispatch.granted_at_ms + horizon_ms;
+        looked_after_ms >= lease_end_ms + processing_ms + rec.policy.visibility_lag_ms
+            && before_horizon
     };
     rec.attempts
         .iter()
@@ -188,7 +205,7 @@ fn every_ambiguous_dispatch_settled(rec: &EffectRecord) -> bool {
             let observed = rec.observations.iter().any(|o| {
                 o.fencing_token > a.fencing_token
                     && o.result == ObservationResult::NotCommitted
-                    && proves_absence(o)
+                    && proves_absence(o, a)
             });
             let decided = rec.decision.as_ref().is_some_and(|d| {
                 d.decision == Decision::NotCommitted && d.at_ms >= a.granted_at_ms
