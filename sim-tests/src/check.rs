@@ -395,10 +395,6 @@ pub fn check_provider(
         for provider_key in provider.keys() {
             match by_provider_key.get(provider_key.as_str()) {
                 Some(r) if r.state == EffectState::Committed => {}
-                // Unknown, with a person to decide (see `check_all_committed`).
-                Some(r)
-                    if r.state == EffectState::UnknownAfterDispatch
-                        && escalated_past_horizon(r) => {}
                 Some(r) => violations.push(format!(
                     "the provider executed {} but the ledger says {}",
                     r.key, r.state
@@ -460,10 +456,6 @@ pub fn check_all_committed<'a>(
         .into_iter()
         .filter_map(|key| match view.records.get(key) {
             Some(r) if r.state == EffectState::Committed => None,
-            // The contract's answer when a clock says the provider's horizon has passed: a
-            // look-up that finds nothing proves nothing then, and the effect goes to a
-            // person. The provider's ground truth is checked on its own.
-            Some(r) if escalated_past_horizon(r) => None,
             Some(r) => Some(format!(
                 "{key} ended {} (escalated: {})",
                 r.state,
@@ -472,16 +464,6 @@ pub fn check_all_committed<'a>(
             None => Some(format!("{key} was never declared")),
         })
         .collect()
-}
-
-/// Whether `record` was left to a person because its look-ups that found nothing came when
-/// the provider's horizon may have passed (`ledger_core::PAST_HORIZON_NOTE`).
-pub fn escalated_past_horizon(record: &EffectRecord) -> bool {
-    record.is_escalated()
-        && record
-            .observations
-            .iter()
-            .any(|o| o.detail.contains(ledger_core::PAST_HORIZON_NOTE))
 }
 
 /// Collects violations by property and fails with all of them at once.

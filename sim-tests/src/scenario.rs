@@ -363,6 +363,7 @@ fn summarise(
 ) -> RunOutcome {
     let (samples, indexes) = log.coverage();
     let resends: usize = stats.iter().map(|s| s.resends).sum();
+    let decided: usize = stats.iter().map(|s| s.decided).sum();
     let lines = trace.lines();
     let fingerprint =
         crate::fnv64(&views[0].snapshot) ^ crate::fnv64(lines.join("\n").as_bytes()).rotate_left(1);
@@ -377,6 +378,7 @@ fn summarise(
         ("records", records),
         ("properties", properties as u64),
         ("resends", resends as u64),
+        ("escalations_decided", decided as u64),
         ("sim_ms", crate::sim_elapsed().as_millis() as u64),
     ]
     .into_iter()
@@ -385,8 +387,8 @@ fn summarise(
     RunOutcome {
         metrics,
         summary: format!(
-            "answers={} [{}] resends={resends} index={} records={} samples={samples} \
-             indexes={indexes} properties={properties} sim={:.1}s",
+            "answers={} [{}] resends={resends} decided={decided} index={} records={} \
+             samples={samples} indexes={indexes} properties={properties} sim={:.1}s",
             history.len(),
             tally.join(" "),
             views[0].applied_index,

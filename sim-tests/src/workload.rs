@@ -11,6 +11,12 @@
 //! they leave, and a holder may vanish without reporting (its tool server restarts under
 //! a new holder name and comes back to the effect later).
 //!
+//! An effect escalated to a person is decided as a person would decide it: from what the
+//! provider holds (committed with its receipt, or not committed), through the operator's
+//! key; a not-committed effect is then claimed again. The simulated provider answers at
+//! once and nothing sent can land later, so what it holds when an escalation is looked at
+//! is the truth a person would find in its console.
+//!
 //! A command whose answer did not arrive (the cluster was unavailable) is re-sent with the
 //! same command id until it answers, exactly as the client library documents. Every
 //! answer received goes into the [`History`].
@@ -28,7 +34,7 @@ use ledger_client::{ClientError, LedgerClient};
 use ledger_core::{EffectKey, Outcome};
 
 use crate::cluster::{ClientNode, Cluster};
-use crate::fixtures::{ToolKind, TENANT_KEY};
+use crate::fixtures::{ToolKind, OPERATOR_KEY, TENANT_KEY};
 use crate::history::History;
 use crate::linearize::oplog::{Answer, Call};
 use crate::provider::Provider;
@@ -69,8 +75,11 @@ pub struct ClientStats {
     pub name: String,
     /// Every effect it worked on, all generations.
     pub effects: Vec<String>,
-    /// Effects it saw settled (committed, or escalated to a person).
+    /// Effects it saw committed (or gave up on after an answer the contract does not
+    /// allow, which is an anomaly).
     pub settled: usize,
+    /// Escalations it decided as the operator.
+    pub decided: usize,
     /// Effects it gave up on at its deadline.
     pub unsettled: Vec<String>,
     /// Commands re-sent after the cluster was unavailable.
@@ -138,7 +147,8 @@ impl Workload {
 
 /// Where an effect stands for one client after one round.
 enum Step {
-    /// Committed (or escalated): nothing more to do.
+    /// Committed (or, for an answer that contradicts the contract, given up on): nothing
+    /// more to do.
     Settled,
     /// Come back to it later.
     Later,
@@ -147,6 +157,8 @@ enum Step {
 struct Actor {
     name: String,
     client: LedgerClient,
+    /// The same nodes with the operator's key, for deciding escalations.
+    operator: LedgerClient,
     history: History,
     provider: Provider,
     deadline: Instant,
@@ -179,6 +191,7 @@ impl Actor {
         Actor {
             name: plan.name.clone(),
             client: cluster.client(plan.endpoints.clone(), TENANT_KEY),
+            operator: cluster.client(plan.endpoints.clone(), OPERATOR_KEY),
             history: history.clone(),
             provider: provider.clone(),
             deadline: Instant::now() + plan.give_up_after,

@@ -66,8 +66,9 @@ pub fn sweep(ledger: &mut Ledger, now_ms: u64) {
     ledger.apply(&command, now_ms);
 }
 
-/// The tenant command for `body` with its fencing token (a real one) replaced by the
-/// model's token of the same attempt; `None` when the model has no such attempt yet.
+/// The command for `body` (the operator's for a decision, the tenant's otherwise) with its
+/// fencing token (a real one) replaced by the model's token of the same attempt; `None`
+/// when the model has no such attempt yet.
 pub fn translate(
     ledger: &Ledger,
     command_id: &str,
@@ -95,9 +96,14 @@ pub fn translate(
         } => *fencing_token = model_token(key, *fencing_token)?,
         _ => {}
     }
+    // A decision is the operator's; everything else a tenant's tool server sends.
+    let caller = match body {
+        CommandBody::Decide { .. } => Caller::Operator,
+        _ => Caller::Tenant(TENANT.into()),
+    };
     Some(Command {
         command_id: command_id.to_owned(),
-        caller: Caller::Tenant(TENANT.into()),
+        caller,
         body,
     })
 }

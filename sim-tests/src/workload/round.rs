@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use ledger_client::ClientError;
 use ledger_core::{
-    ClaimOutcome, CommandBody, EffectKey, EffectRecord, EffectState, Grant, ObservationResult,
-    Outcome, ReconcileOutcome, Report,
+    ClaimOutcome, CommandBody, Decision, EffectKey, EffectRecord, EffectState, Grant,
+    ObservationResult, Outcome, ReconcileOutcome, Refusal, Report,
 };
 
 use super::{wall_clock_ms, Actor, Step, POLL_MS_MAX, SEND_MARGIN_MS};
@@ -21,6 +21,8 @@ use crate::linearize::oplog::{Answer as OpAnswer, Call};
 const READ_PERCENT: u32 = 15;
 /// How observations say they were made.
 const OBSERVED_BY: &str = "looked up by provider key";
+/// Who decides escalated effects.
+const OPERATOR: &str = "ops:simulated";
 
 impl Actor {
     /// Claims `effect` once and acts on the answer.
@@ -68,7 +70,8 @@ impl Actor {
         }
         match outcome {
             ClaimOutcome::Proceed(grant) => self.dispatch(&key, tool, grant, asked_at).await,
-            ClaimOutcome::Replay { .. } | ClaimOutcome::Escalated { .. } => Step::Settled,
+            ClaimOutcome::Replay { .. } => Step::Settled,
+            ClaimOutcome::Escalated { .. } => self.decide(&key).await,
             ClaimOutcome::InFlight { lease_until_ms, .. } => {
                 self.pause_until(lease_until_ms).await;
                 Step::Later
@@ -279,7 +282,7 @@ impl Actor {
             }
             Some(Ok(ReconcileOutcome::Escalated { .. })) => {
                 self.history.record(&self.name, key, Answer::Escalated);
-                Step::Settled
+                self.decide(key).await
             }
             Some(Ok(ReconcileOutcome::NotNeeded { .. })) => Step::Later,
             Some(Ok(ReconcileOutcome::Expired(expired))) => {
@@ -329,23 +332,78 @@ impl Actor {
             .await;
         match observed {
             None => Step::Later,
-            Some(Ok((state, _escalated))) => {
+            Some(Ok((state, escalated))) => {
                 let answer = Answer::Observed {
                     fencing_token: token,
                     result,
                     state,
                 };
                 self.history.record(&self.name, key, answer);
-                if state == EffectState::Committed {
-                    Step::Settled
-                } else {
-                    Step::Later
+                match state {
+                    EffectState::Committed => Step::Settled,
+                    _ if escalated => self.decide(key).await,
+                    _ => Step::Later,
                 }
             }
             // The reconciliation lease ran out while the cluster was unavailable.
             Some(Err(ClientError::Refused(_))) => Step::Later,
             Some(Err(e)) => {
                 self.anomaly(key, format!("observe failed: {e}"));
+                Step::Later
+            }
+        }
+    }
+
+    /// Decides an escalated effect as the person it waits for would, from what the provider
+    /// holds: committed with the provider's receipt, or not committed (to be claimed
+    /// again). Another client's operator may have decided it first: the ledger then refuses
+    /// this decision as not escalated, and the effect is looked at again.
+    async fn decide(&mut self, key: &EffectKey) -> Step {
+        let decision = match self.provider.observe(&key.provider_key()) {
+            Some(receipt) => Decision::Committed { receipt },
+            None => Decision::NotCommitted,
+        };
+        let note = "decided from the provider's records";
+        let command_id = self.command_id();
+        let call = Call::Command {
+            command_id: command_id.clone(),
+            body: Box::new(CommandBody::Decide {
+                key: key.clone(),
+                decision: decision.clone(),
+                operator: OPERATOR.into(),
+                note: note.into(),
+            }),
+        };
+        let operator = self.operator.clone();
+        let decided = self
+            .recorded(
+                key,
+                call,
+                |state: &EffectState| OpAnswer::Outcome(Outcome::Decided { state: *state }),
+                |_| {
+                    let (c, id, k, d) = (
+                        operator.clone(),
+                        command_id.clone(),
+                        key.clone(),
+                        decision.clone(),
+                    );
+                    async move { c.decide(&id, k, d, OPERATOR, note).await }
+                },
+            )
+            .await;
+        match decided {
+            None => Step::Later,
+            Some(Ok(state)) => {
+                self.stats.decided += 1;
+                if state == EffectState::Committed {
+                    Step::Settled
+                } else {
+                    Step::Later
+                }
+            }
+            Some(Err(ClientError::Refused(Refusal::NotEscalated))) => Step::Later,
+            Some(Err(e)) => {
+                self.anomaly(key, format!("decide failed: {e}"));
                 Step::Later
             }
         }
