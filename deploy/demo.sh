@@ -81,9 +81,10 @@ ctl claim "$TICKET" desk/create_ticket "$TICKET_INTENT" --command-id server-a/ti
 step "the escalation desk: what waits for a person (ledgerctl list --escalated)"
 ctl list --tenant acme --escalated
 
-step "an operator checks the desk's provider, finds no ticket, and settles it"
-LEDGER_API_KEY=$OPERATOR_KEY ctl decide "$TICKET" not-committed --operator alice \
-  --note "no ticket with this key at the desk provider"
+step "an operator checks the desk's provider, finds no ticket, and settles the escalation read"
+escalated_at=$(ctl_json get "$TICKET" | sed -n 's/.*"escalation":{"at_ms":\([0-9]*\).*/\1/p')
+LEDGER_API_KEY=$OPERATOR_KEY ctl decide "$TICKET" not-committed --escalated-at "$escalated_at" \
+  --operator alice --note "no ticket with this key at the desk provider"
 ctl list --tenant acme --escalated
 
 leader=$(bash deploy/cluster.sh leader | cut -d' ' -f1)

@@ -316,16 +316,21 @@ impl LedgerClient {
         }
     }
 
-    /// Records an operator's decision on an escalated effect (operator key).
+    /// Records an operator's decision on an escalated effect (operator key). With
+    /// `escalated_at_ms` (the `at_ms` of the escalation the decision was made on), the
+    /// ledger refuses it as `EscalationChanged` when the effect's open escalation is
+    /// another one; without, it settles whichever escalation is open.
     pub async fn decide(
         &self,
         command_id: &str,
         key: EffectKey,
+        escalated_at_ms: Option<u64>,
         decision: Decision,
         operator: &str,
         note: &str,
     ) -> Result<EffectState, ClientError> {
-        let message = pb::DecideRequest::new(command_id, key, decision, operator, note);
+        let message =
+            pb::DecideRequest::new(command_id, key, escalated_at_ms, decision, operator, note);
         let t = &self.transport;
         let response = t
             .call(|ch| {

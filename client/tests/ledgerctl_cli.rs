@@ -126,6 +126,7 @@ fn a_decision_left_unanswered_names_its_command_id() {
         "ops",
         "--note",
         "checked",
+        "--any-escalation",
     ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -279,6 +280,9 @@ async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
     let client = ledger.client(TENANT_KEY);
     let key = escalated(&client, "ticket-1").await;
     let key_text = key.to_string();
+    let before = client.get(key.clone()).await.unwrap().unwrap();
+    let at_ms = before.escalation.as_ref().expect("escalated").at_ms;
+    let (at, earlier) = (at_ms.to_string(), (at_ms - 1).to_string());
     let decide = [
         "decide",
         key_text.as_str(),
@@ -289,6 +293,8 @@ async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
         "ops:jane",
         "--note",
         "checked the help desk by hand",
+        "--escalated-at",
+        at.as_str(),
     ];
 
     let out = ledgerctl(&ledger, TENANT_KEY, &decide).await;
@@ -303,10 +309,27 @@ async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
         .escalation
         .is_some());
 
-    // Operator and note are required.
+    // Operator and note are required, and which escalation is decided on.
     let out = ledgerctl(&ledger, OPERATOR_KEY, &decide[..5]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--operator"));
+    let out = ledgerctl(&ledger, OPERATOR_KEY, &decide[..9]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--escalated-at") && err.contains("--any-escalation"),
+        "{err}"
+    );
+
+    // A decision made on another escalation than the open one is refused, and changes
+    // nothing.
+    let mut stale = decide;
+    stale[10] = earlier.as_str();
+    let out = ledgerctl(&ledger, OPERATOR_KEY, &stale).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("look at the provider again"), "{err}");
+    assert_eq!(client.get(key.clone()).await.unwrap().unwrap(), before);
 
     let mut args = vec!["--output", "json"];
     args.extend(decide);

@@ -145,7 +145,8 @@ pub enum CommandBody {
         /// How (which lookup, what it returned).
         detail: String,
     },
-    /// Records an operator's decision on an escalated effect (operator).
+    /// Records an operator's decision on an escalated effect, whichever escalation is
+    /// open (operator). [`CommandBody::DecideEscalation`] names the one decided on.
     Decide {
         /// The effect.
         key: EffectKey,
@@ -178,6 +179,21 @@ pub enum CommandBody {
         /// The effect with its new intent.
         declaration: Declaration,
     },
+    /// [`CommandBody::Decide`] for the escalation raised at `escalated_at_ms` only: refused
+    /// when the effect's open escalation is another one, so a decision made on what the
+    /// provider held for one escalation never settles a later one (operator).
+    DecideEscalation {
+        /// The effect.
+        key: EffectKey,
+        /// When the escalation decided on was raised ([`crate::Escalation::at_ms`]).
+        escalated_at_ms: u64,
+        /// The decision.
+        decision: Decision,
+        /// Who decided.
+        operator: String,
+        /// Why.
+        note: String,
+    },
 }
 
 impl CommandBody {
@@ -197,6 +213,7 @@ impl CommandBody {
             CommandBody::PutTenant { .. }
                 | CommandBody::PutToolPolicy { .. }
                 | CommandBody::Decide { .. }
+                | CommandBody::DecideEscalation { .. }
                 | CommandBody::ExpireLeases { .. }
                 | CommandBody::CollectGarbage { .. }
         )
@@ -212,7 +229,8 @@ impl CommandBody {
             | CommandBody::Report { key, .. }
             | CommandBody::BeginReconcile { key, .. }
             | CommandBody::Observe { key, .. }
-            | CommandBody::Decide { key, .. } => Some(key),
+            | CommandBody::Decide { key, .. }
+            | CommandBody::DecideEscalation { key, .. } => Some(key),
             CommandBody::PutTenant { .. }
             | CommandBody::PutToolPolicy { .. }
             | CommandBody::ExpireLeases { .. }
@@ -232,6 +250,7 @@ impl CommandBody {
             CommandBody::BeginReconcile { .. } => "begin_reconcile",
             CommandBody::Observe { .. } => "observe",
             CommandBody::Decide { .. } => "decide",
+            CommandBody::DecideEscalation { .. } => "decide_escalation",
             CommandBody::ExpireLeases { .. } => "expire_leases",
             CommandBody::CollectGarbage { .. } => "collect_garbage",
             CommandBody::Amend { .. } => "amend",

@@ -250,6 +250,19 @@ pub enum Refusal {
         /// The most one declaration may store.
         bytes_max: u64,
     },
+    /// A decision named the escalation it settles, and the effect's open escalation is
+    /// another one (the one named was settled, the effect was sent again and escalated
+    /// anew): what was found at the provider may be out of date.
+    #[error(
+        "the decision is for the escalation at {decided_at_ms} ms, but the effect's open \
+         escalation is the one at {open_at_ms} ms: look at the provider again"
+    )]
+    EscalationChanged {
+        /// When the escalation the decision names was raised (ledger time, ms).
+        decided_at_ms: u64,
+        /// When the effect's open escalation was raised.
+        open_at_ms: u64,
+    },
 }
 
 /// A per-tenant quota ([`TenantSettings`](crate::policy::TenantSettings)).

@@ -204,9 +204,13 @@ impl<S: Store> Ledger<S> {
         })
     }
 
+    /// Records an operator's decision on the effect's open escalation; with
+    /// `escalated_at_ms`, only if that is the open escalation
+    /// ([`Refusal::EscalationChanged`] otherwise).
     pub(crate) fn decide(
         &mut self,
         key: &EffectKey,
+        escalated_at_ms: Option<u64>,
         decision: &Decision,
         operator: &str,
         note: &str,
@@ -229,6 +233,13 @@ impl<S: Store> Ledger<S> {
         let Some(escalation) = rec.escalation.clone() else {
             return Refusal::NotEscalated.into();
         };
+        if let Some(decided_at_ms) = escalated_at_ms.filter(|t| *t != escalation.at_ms) {
+            return Refusal::EscalationChanged {
+                decided_at_ms,
+                open_at_ms: escalation.at_ms,
+            }
+            .into();
+        }
         self.update(stored, |rec, _| {
             match decision {
                 Decision::Committed { receipt } => {

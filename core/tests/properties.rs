@@ -6,7 +6,8 @@
 //! conflict; `failed_before_effect` only when every ambiguous dispatch was settled by a
 //! decision or by a not-found observation made once nothing could still land (judged at
 //! its reconciliation attempt's grant) and reported before the provider's horizon; an amend
-//! changes an intent only where nothing can have happened, and keeps the old hash;
+//! changes an intent only where nothing can have happened, and keeps the old hash; a
+//! decision that names an escalation settles no other;
 //! re-applying a command id returns the first outcome and changes nothing; a collected
 //! record leaves a tombstone (a declaration's slots all at once), a tombstoned key is
 //! answered expired and gets no record, and the derived indexes and usage counters equal
@@ -73,6 +74,8 @@ enum Op {
     Decide {
         key: usize,
         committed: bool,
+        /// 0: any open escalation; 1: the open one by its time; 2: another time.
+        fence: u8,
     },
     Amend {
         key: usize,
@@ -104,7 +107,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (key.clone(), 0..8usize, 0..3u8).prop_map(|(key, token, kind)| Op::Report { key, token, kind }),
         3 => key.clone().prop_map(|key| Op::BeginReconcile { key }),
         4 => (key.clone(), 0..8usize, 0..3u8).prop_map(|(key, token, kind)| Op::Observe { key, token, kind }),
-        1 => (key.clone(), any::<bool>()).prop_map(|(key, committed)| Op::Decide { key, committed }),
+        1 => (key.clone(), any::<bool>(), 0..3u8).prop_map(|(key, committed, fence)| Op::Decide { key, committed, fence }),
         1 => (key, prop::option::weighted(0.1, 0..2u32), 0..3usize)
             .prop_map(|(key, slot, intent)| Op::Amend { key, slot, intent }),
         2 => Just(Op::Expire),
@@ -268,7 +271,11 @@ impl Run {
                     },
                 )
             }
-            Op::Decide { key, committed } => {
+            Op::Decide {
+                key,
+                committed,
+                fence,
+            } => {
                 let decision = if committed {
                     Decision::Committed {
                         receipt: "by hand".into(),
@@ -276,11 +283,28 @@ impl Run {
                 } else {
                     Decision::NotCommitted
                 };
-                let body = CommandBody::Decide {
-                    key: effect_key(key, None),
-                    decision,
-                    operator: "ops".into(),
-                    note: String::new(),
+                let key = effect_key(key, None);
+                let open_at_ms = self
+                    .h
+                    .ledger
+                    .get(&key)
+                    .and_then(|r| r.escalation)
+                    .map_or(self.h.now, |e| e.at_ms);
+                let (operator, note) = ("ops".to_string(), String::new());
+                let body = match fence {
+                    0 => CommandBody::Decide {
+                        key,
+                        decision,
+                        operator,
+                        note,
+                    },
+                    _ => CommandBody::DecideEscalation {
+                        key,
+                        escalated_at_ms: open_at_ms + u64::from(fence - 1),
+                        decision,
+                        operator,
+                        note,
+                    },
                 };
                 (Caller::Operator, body)
             }

@@ -295,6 +295,84 @@ fn ambiguity_past_the_observation_budget_escalates_and_stops_automatic_attempts(
     );
 }
 
+/// Escalates `d` (a ticket) after an unknown dispatch whose look-ups stayed ambiguous;
+/// returns when the escalation was raised.
+fn escalate_ticket(h: &mut Harness, d: &Declaration) -> u64 {
+    let g = h.proceed(d);
+    h.unknown(d, g.fencing_token);
+    for _ in 0..3 {
+        let r = h.reconcile_grant(d);
+        h.observe(d, r.fencing_token, ObservationResult::StillUnknown);
+    }
+    h.record(d).escalation.expect("escalated").at_ms
+}
+
+fn decide_escalation(
+    h: &mut Harness,
+    d: &Declaration,
+    escalated_at_ms: u64,
+    decision: Decision,
+) -> Outcome {
+    h.operator(CommandBody::DecideEscalation {
+        key: d.key.clone(),
+        escalated_at_ms,
+        decision,
+        operator: "ops:jane".into(),
+        note: "nothing at the provider".into(),
+    })
+}
+
+/// A decision names the escalation it was made on; once that one is settled and the
+/// effect escalated anew, the decision (a person's stale finding, or a command re-run
+/// from a shell's history) is refused and changes nothing: "not committed" for the first
+/// escalation says nothing of the dispatch sent after it.
+#[test]
+fn a_decision_on_an_escalation_no_longer_open_is_refused() {
+    let mut h = Harness::new();
+    let d = ticket("t-1");
+    let first_ms = escalate_ticket(&mut h, &d);
+    let out = decide_escalation(&mut h, &d, first_ms, Decision::NotCommitted);
+    assert_eq!(
+        out,
+        Outcome::Decided {
+            state: EffectState::FailedBeforeEffect
+        }
+    );
+    // Sent again, lost again, escalated again, later.
+    h.advance(LEASE_MS);
+    let second_ms = escalate_ticket(&mut h, &d);
+    assert!(second_ms > first_ms);
+    let before = h.record(&d);
+    let out = decide_escalation(&mut h, &d, first_ms, Decision::NotCommitted);
+    assert_eq!(
+        out,
+        Outcome::Refused(Refusal::EscalationChanged {
+            decided_at_ms: first_ms,
+            open_at_ms: second_ms,
+        })
+    );
+    assert_eq!(h.record(&d), before);
+    // Naming the open escalation decides it; one not escalated is refused as before.
+    let receipt = "ticket 4711".to_string();
+    let out = decide_escalation(
+        &mut h,
+        &d,
+        second_ms,
+        Decision::Committed {
+            receipt: receipt.clone(),
+        },
+    );
+    assert_eq!(
+        out,
+        Outcome::Decided {
+            state: EffectState::Committed
+        }
+    );
+    assert_eq!(h.record(&d).decision.unwrap().settled.at_ms, second_ms);
+    let out = decide_escalation(&mut h, &d, second_ms, Decision::NotCommitted);
+    assert_eq!(out, Outcome::Refused(Refusal::NotEscalated));
+}
+
 #[test]
 fn operator_decision_settles_an_escalation_either_way() {
     for decision in [

@@ -135,6 +135,7 @@ pub fn refusal_label(refusal: &Refusal) -> &'static str {
         Refusal::ProofRequired => "proof_required",
         Refusal::ConfirmationRequired => "confirmation_required",
         Refusal::NotEscalated => "not_escalated",
+        Refusal::EscalationChanged { .. } => "escalation_changed",
         Refusal::CommandIdReused(_) => "command_id_reused",
         Refusal::AmendNotAllowed { .. } => "amend_not_allowed",
         Refusal::TooManyAmendments { .. } => "too_many_amendments",

@@ -11,7 +11,7 @@
 //! | `INVALID_ARGUMENT`    | `InvalidField`, `InvalidIntent`, `InvalidPolicy`, `ProofRequired`, `DeclarationTooLarge` |
 //! | `NOT_FOUND`           | `UnknownEffect`, `UnknownTool`                                |
 //! | `PERMISSION_DENIED`   | `WrongTenant`, `NotPermitted`, `UnknownTenant`                |
-//! | `FAILED_PRECONDITION` | `StaleToken`, `LeaseExpired`, `WrongAttemptKind`, `AlreadyFinal`, `ConfirmationRequired`, `NotEscalated`, `ReadOnlyTool`, `AmendNotAllowed`, `TooManyAmendments`, `Expired` |
+//! | `FAILED_PRECONDITION` | `StaleToken`, `LeaseExpired`, `WrongAttemptKind`, `AlreadyFinal`, `ConfirmationRequired`, `NotEscalated`, `EscalationChanged`, `ReadOnlyTool`, `AmendNotAllowed`, `TooManyAmendments`, `Expired` |
 //! | `ABORTED`             | `Conflict`                                                    |
 //! | `ALREADY_EXISTS`      | `CommandIdReused`                                             |
 //! | `RESOURCE_EXHAUSTED`  | `QuotaExceeded`                                               |
@@ -52,6 +52,7 @@ pub fn refusal_code(refusal: &Refusal) -> Code {
         | Refusal::AlreadyFinal { .. }
         | Refusal::ConfirmationRequired
         | Refusal::NotEscalated
+        | Refusal::EscalationChanged { .. }
         | Refusal::ReadOnlyTool(_)
         | Refusal::AmendNotAllowed { .. }
         | Refusal::TooManyAmendments { .. }

@@ -11,11 +11,14 @@
 //! they leave, and a holder may vanish without reporting (its tool server restarts under
 //! a new holder name and comes back to the effect later).
 //!
-//! An effect escalated to a person is decided as a person would decide it: from what the
-//! provider holds (committed with its receipt, or not committed), through the operator's
-//! key; a not-committed effect is then claimed again. The simulated provider answers at
-//! once and nothing sent can land later, so what it holds when an escalation is looked at
-//! is the truth a person would find in its console.
+//! A keyed effect escalated after look-ups past the provider's horizon (the one escalation
+//! this workload expects: a leader's clock far ahead) is decided as a person would decide
+//! it: from what the provider holds (committed with its receipt, or not committed),
+//! through the operator's key; a not-committed effect is then claimed again. The simulated provider applies a send at once, and a holder sends
+//! only within its lease less a margin, so by the time look-ups escalate an effect what
+//! the provider holds is the truth a person would find in its console, as far as the
+//! ledger's own absence proof relies on it. Any other escalation is left standing and
+//! fails the run.
 //!
 //! A command whose answer did not arrive (the cluster was unavailable) is re-sent with the
 //! same command id until it answers, exactly as the client library documents. Every

@@ -43,6 +43,24 @@ impl Run {
                 }
             }
         }
+        // A decision that names an escalation settles only that one.
+        if let CommandBody::DecideEscalation {
+            key,
+            escalated_at_ms,
+            ..
+        } = &command.body
+        {
+            let open_at_ms = before.get(key).and_then(|r| r.escalation).map(|e| e.at_ms);
+            if open_at_ms != Some(*escalated_at_ms) {
+                prop_assert!(
+                    matches!(out, Outcome::Refused(_)),
+                    "a decision for the escalation at {} settled {:?}: {:?}",
+                    escalated_at_ms,
+                    open_at_ms,
+                    out
+                );
+            }
+        }
         // An amend changes an intent only where nothing can have happened, and keeps the
         // old hash.
         if let (

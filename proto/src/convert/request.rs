@@ -220,10 +220,12 @@ impl IntoCommand for pb::ObserveRequest {
 }
 
 impl pb::DecideRequest {
-    /// Records `operator`'s decision on the escalated effect `key`.
+    /// Records `operator`'s decision on the escalated effect `key`: on the escalation
+    /// raised at `escalated_at_ms` only, when given, else on whichever is open.
     pub fn new(
         command_id: impl Into<String>,
         key: EffectKey,
+        escalated_at_ms: Option<u64>,
         decision: Decision,
         operator: impl Into<String>,
         note: impl Into<String>,
@@ -234,18 +236,35 @@ impl pb::DecideRequest {
             decision: Some(decision.into()),
             operator: operator.into(),
             note: note.into(),
+            escalated_at_ms,
         }
     }
 }
 
-/// `key` and the `decision` oneof are required.
+/// `key` and the `decision` oneof are required. With `escalated_at_ms` it is a
+/// [`CommandBody::DecideEscalation`]; without, the [`CommandBody::Decide`] older clients
+/// send (and older nodes read).
 impl IntoCommand for pb::DecideRequest {
     fn into_command(self, caller: Caller) -> Result<Command, WireError> {
-        let body = CommandBody::Decide {
-            key: required(self.key, "key")?,
-            decision: required(self.decision, "decision")?,
-            operator: self.operator,
-            note: self.note,
+        let (key, decision) = (
+            required(self.key, "key")?,
+            required(self.decision, "decision")?,
+        );
+        let (operator, note) = (self.operator, self.note);
+        let body = match self.escalated_at_ms {
+            Some(escalated_at_ms) => CommandBody::DecideEscalation {
+                key,
+                escalated_at_ms,
+                decision,
+                operator,
+                note,
+            },
+            None => CommandBody::Decide {
+                key,
+                decision,
+                operator,
+                note,
+            },
         };
         Ok(command(self.command_id, caller, body))
     }

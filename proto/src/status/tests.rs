@@ -38,6 +38,7 @@ fn variant(refusal: &Refusal) -> usize {
         Refusal::Expired(_) => 20,
         Refusal::QuotaExceeded { .. } => 21,
         Refusal::DeclarationTooLarge { .. } => 22,
+        Refusal::EscalationChanged { .. } => 23,
     }
 }
 
@@ -46,7 +47,7 @@ fn fixtures_cover_every_refusal() {
     let mut seen: Vec<usize> = refusals().iter().map(|(r, _)| variant(r)).collect();
     seen.sort();
     seen.dedup();
-    assert_eq!(seen, (0..23).collect::<Vec<_>>());
+    assert_eq!(seen, (0..24).collect::<Vec<_>>());
 }
 
 #[test]

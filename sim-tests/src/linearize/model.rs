@@ -98,7 +98,7 @@ pub fn translate(
     }
     // A decision is the operator's; everything else a tenant's tool server sends.
     let caller = match body {
-        CommandBody::Decide { .. } => Caller::Operator,
+        CommandBody::Decide { .. } | CommandBody::DecideEscalation { .. } => Caller::Operator,
         _ => Caller::Tenant(TENANT.into()),
     };
     Some(Command {

@@ -396,3 +396,92 @@ fn a_resend_lease_cut_at_its_deadline_is_explained_by_the_bound_it_shows() {
         "the bound shown lies beyond what the run's clocks allow"
     );
 }
+
+/// An operator's decision on whichever escalation is open.
+fn decide_not_committed() -> CommandBody {
+    CommandBody::Decide {
+        key: key(),
+        decision: ledger_core::Decision::NotCommitted,
+        operator: "ops:simulated".into(),
+        note: "nothing at the provider".into(),
+    }
+}
+
+/// A decision in the op log is the operator's command (the model applies it as such): a
+/// history in which a spent dispatch budget escalates the effect, a person decides it
+/// not committed and it is granted again is linearizable; the same history with the
+/// decision answered "not escalated", or a grant before the decision, is not.
+#[test]
+fn an_operators_decision_is_applied_as_the_operators_command() {
+    let mut ledger = reference();
+    let mut ops = Vec::new();
+    let mut at = 1_000;
+    let budget = ToolKind::Unkeyed.policy().dispatch_attempts_max;
+    for i in 0..budget {
+        let (c, r) = (format!("c{i}"), format!("r{i}"));
+        let granted = apply(&mut ledger, &c, &claim("h1"), at);
+        let Outcome::Claim(ClaimOutcome::Proceed(grant)) = &granted else {
+            panic!("claim {i}: {granted:?}");
+        };
+        let failed = CommandBody::Report {
+            key: key(),
+            fencing_token: grant.fencing_token,
+            report: Report::FailedBeforeEffect {
+                proof: "HTTP 400 before processing".into(),
+            },
+        };
+        let reported = apply(&mut ledger, &r, &failed, at + 10);
+        ops.push(op(&c, claim("h1"), (at - 5, Some(at + 5)), granted));
+        ops.push(op(&r, failed, (at + 5, Some(at + 15)), reported));
+        at += 100;
+    }
+    let escalated = apply(&mut ledger, "c-last", &claim("h1"), at);
+    assert!(
+        matches!(escalated, Outcome::Claim(ClaimOutcome::Escalated { .. })),
+        "{escalated:?}"
+    );
+    ops.push(op("c-last", claim("h1"), (at - 5, Some(at + 5)), escalated));
+    let decide = decide_not_committed();
+    let operator = Command {
+        command_id: "d1".into(),
+        caller: Caller::Operator,
+        body: decide.clone(),
+    };
+    let decided = ledger.apply(&operator, at + 100);
+    assert!(matches!(decided, Outcome::Decided { .. }), "{decided:?}");
+    let regranted = apply(&mut ledger, "c-again", &claim("h1"), at + 200);
+    assert!(
+        matches!(regranted, Outcome::Claim(ClaimOutcome::Proceed(_))),
+        "{regranted:?}"
+    );
+    let decision = op("d1", decide.clone(), (at + 95, Some(at + 105)), decided);
+    let grant = op(
+        "c-again",
+        claim("h1"),
+        (at + 195, Some(at + 205)),
+        regranted,
+    );
+
+    let history: Vec<Op> = ops
+        .iter()
+        .cloned()
+        .chain([decision, grant.clone()])
+        .collect();
+    assert_eq!(verdict(&history), Verdict::Linearizable);
+
+    let refused = op(
+        "d1",
+        decide,
+        (at + 95, Some(at + 105)),
+        Outcome::Refused(ledger_core::Refusal::NotEscalated),
+    );
+    let forged: Vec<Op> = ops
+        .iter()
+        .cloned()
+        .chain([refused, grant.clone()])
+        .collect();
+    assert_eq!(verdict(&forged), Verdict::NotLinearizable);
+
+    let undecided: Vec<Op> = ops.into_iter().chain([grant]).collect();
+    assert_eq!(verdict(&undecided), Verdict::NotLinearizable);
+}

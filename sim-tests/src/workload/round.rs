@@ -356,10 +356,34 @@ impl Actor {
 
     /// Decides an escalated effect as the person it waits for would, from what the provider
     /// holds: committed with the provider's receipt, or not committed (to be claimed
-    /// again). Another client's operator may have decided it first: the ledger then refuses
-    /// this decision as not escalated, and the effect is looked at again.
+    /// again). Only the escalation the contract expects of this workload is decided: a
+    /// keyed effect's, after look-ups that found nothing when the provider's horizon may
+    /// have passed (a leader's clock far ahead). Any other escalation is left standing,
+    /// for the every-effect-committed check to report.
+    ///
+    /// The decision does not name the escalation it read (`DecideEscalation`): the
+    /// linearizability model applies each command at the earliest time it may have been
+    /// stamped, so its escalations carry other times than the cluster's. A decision
+    /// delayed past another client's, a new dispatch and a new escalation would settle
+    /// that one; here that cannot make a false verdict, since the provider only gains
+    /// effects (a stale "committed" stays true) and a new escalation after look-ups that
+    /// found nothing means the provider still holds nothing.
     async fn decide(&mut self, key: &EffectKey) -> Step {
-        let decision = match self.provider.observe(&key.provider_key()) {
+        let Some(record) = self.read(key).await else {
+            return Step::Later;
+        };
+        if record.escalation.is_none() {
+            // Decided by another client's operator, or committed since.
+            return Step::Later;
+        }
+        let past_horizon = record
+            .observations
+            .iter()
+            .any(|o| o.detail.contains(ledger_core::PAST_HORIZON_NOTE));
+        if !past_horizon {
+            return Step::Settled;
+        }
+        let decision = match self.provider.observe(&record.provider_key) {
             Some(receipt) => Decision::Committed { receipt },
             None => Decision::NotCommitted,
         };
@@ -387,7 +411,7 @@ impl Actor {
                         key.clone(),
                         decision.clone(),
                     );
-                    async move { c.decide(&id, k, d, OPERATOR, note).await }
+                    async move { c.decide(&id, k, None, d, OPERATOR, note).await }
                 },
             )
             .await;
@@ -411,17 +435,19 @@ impl Actor {
 
     /// Reads the record linearizably (as a tool server deciding whether to dispatch
     /// would) and records the read; what it shows is judged by the linearizability
-    /// checker only.
-    async fn read(&mut self, key: &EffectKey) {
-        self.recorded(
-            key,
-            Call::Read,
-            |r: &Option<EffectRecord>| OpAnswer::Record(r.clone().map(Box::new)),
-            |c| {
-                let k = key.clone();
-                async move { c.get(k).await }
-            },
-        )
-        .await;
+    /// checker only. Returns the record, if the read answered and found one.
+    async fn read(&mut self, key: &EffectKey) -> Option<EffectRecord> {
+        let read = self
+            .recorded(
+                key,
+                Call::Read,
+                |r: &Option<EffectRecord>| OpAnswer::Record(r.clone().map(Box::new)),
+                |c| {
+                    let k = key.clone();
+                    async move { c.get(k).await }
+                },
+            )
+            .await;
+        read.and_then(Result::ok).flatten()
     }
 }

@@ -42,11 +42,12 @@ pub async fn get(client: &LedgerClient, args: &Get, format: Format) -> CliResult
     Ok(Exit::Success)
 }
 
+/// The open escalation, with when it was raised (what `decide --escalated-at` names).
 fn escalation(record: &EffectRecord) -> String {
-    record
-        .escalation
-        .as_ref()
-        .map_or_else(|| "-".into(), |e| format!("{:?}", e.reason))
+    record.escalation.as_ref().map_or_else(
+        || "-".into(),
+        |e| format!("{:?} at {} ms", e.reason, e.at_ms),
+    )
 }
 
 fn print_record(r: &EffectRecord) {
@@ -217,6 +218,7 @@ pub async fn decide(client: &LedgerClient, args: &Decide, format: Format) -> Cli
         .decide(
             &command_id,
             key.clone(),
+            args.escalated_at,
             decision,
             &args.operator,
             &args.note,

@@ -261,6 +261,17 @@ fn bodies() -> Vec<CommandBody> {
         operator: "ops:bo".into(),
         note: "checked".into(),
     }));
+    bodies.extend(
+        decisions()
+            .into_iter()
+            .map(|decision| CommandBody::DecideEscalation {
+                key: key(),
+                escalated_at_ms: 42_000,
+                decision,
+                operator: "ops:bo".into(),
+                note: "checked the escalation at 42 s".into(),
+            }),
+    );
     bodies
 }
 
@@ -335,7 +346,17 @@ fn through_request(id: &str, caller: Caller, body: CommandBody) -> Command {
             operator,
             note,
         } => read(
-            pb::DecideRequest::new(id, key, decision, operator, note),
+            pb::DecideRequest::new(id, key, None, decision, operator, note),
+            caller,
+        ),
+        CommandBody::DecideEscalation {
+            key,
+            escalated_at_ms,
+            decision,
+            operator,
+            note,
+        } => read(
+            pb::DecideRequest::new(id, key, Some(escalated_at_ms), decision, operator, note),
             caller,
         ),
         CommandBody::Amend { declaration } => read(pb::AmendRequest::new(id, declaration), caller),
