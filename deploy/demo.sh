@@ -82,8 +82,9 @@ step "the escalation desk: what waits for a person (ledgerctl list --escalated)"
 ctl list --tenant acme --escalated
 
 step "an operator checks the desk's provider, finds no ticket, and settles the escalation read"
-escalated_at=$(ctl_json get "$TICKET" | sed -n 's/.*"escalation":{"at_ms":\([0-9]*\).*/\1/p')
-LEDGER_API_KEY=$OPERATOR_KEY ctl decide "$TICKET" not-committed --escalated-at "$escalated_at" \
+# The escalation is named by the newest attempt's fencing token (ledgerctl get shows it).
+token=$(ctl_json get "$TICKET" | python3 -c 'import json, sys; print(json.load(sys.stdin)["attempts"][-1]["fencing_token"])')
+LEDGER_API_KEY=$OPERATOR_KEY ctl decide "$TICKET" not-committed --escalation-token "$token" \
   --operator alice --note "no ticket with this key at the desk provider"
 ctl list --tenant acme --escalated
 

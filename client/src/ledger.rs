@@ -317,20 +317,21 @@ impl LedgerClient {
     }
 
     /// Records an operator's decision on an escalated effect (operator key). With
-    /// `escalated_at_ms` (the `at_ms` of the escalation the decision was made on), the
-    /// ledger refuses it as `EscalationChanged` when the effect's open escalation is
-    /// another one; without, it settles whichever escalation is open.
+    /// `escalation_token` (the [`EffectRecord::escalation_token`] of the record the
+    /// decision was made on), the ledger refuses it as `EscalationChanged` when the
+    /// effect's open escalation is another one; without, it settles whichever escalation
+    /// is open.
     pub async fn decide(
         &self,
         command_id: &str,
         key: EffectKey,
-        escalated_at_ms: Option<u64>,
+        escalation_token: Option<u64>,
         decision: Decision,
         operator: &str,
         note: &str,
     ) -> Result<EffectState, ClientError> {
         let message =
-            pb::DecideRequest::new(command_id, key, escalated_at_ms, decision, operator, note);
+            pb::DecideRequest::new(command_id, key, escalation_token, decision, operator, note);
         let t = &self.transport;
         let response = t
             .call(|ch| {

@@ -281,8 +281,14 @@ async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
     let key = escalated(&client, "ticket-1").await;
     let key_text = key.to_string();
     let before = client.get(key.clone()).await.unwrap().unwrap();
-    let at_ms = before.escalation.as_ref().expect("escalated").at_ms;
-    let (at, earlier) = (at_ms.to_string(), (at_ms - 1).to_string());
+    let token = before.escalation_token().expect("escalated");
+    let (named, earlier) = (token.to_string(), (token - 1).to_string());
+    // `get` shows the token that names the escalation.
+    let shown = succeeded(&ledgerctl(&ledger, TENANT_KEY, &["get", key_text.as_str()]).await);
+    assert!(
+        shown.contains(&format!("(escalation token {token})")),
+        "{shown}"
+    );
     let decide = [
         "decide",
         key_text.as_str(),
@@ -293,8 +299,8 @@ async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
         "ops:jane",
         "--note",
         "checked the help desk by hand",
-        "--escalated-at",
-        at.as_str(),
+        "--escalation-token",
+        named.as_str(),
     ];
 
     let out = ledgerctl(&ledger, TENANT_KEY, &decide).await;
@@ -317,7 +323,7 @@ async fn decide_settles_an_escalated_effect_with_the_operator_key_only() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("--escalated-at") && err.contains("--any-escalation"),
+        err.contains("--escalation-token") && err.contains("--any-escalation"),
         "{err}"
     );
 

@@ -179,14 +179,16 @@ pub enum CommandBody {
         /// The effect with its new intent.
         declaration: Declaration,
     },
-    /// [`CommandBody::Decide`] for the escalation raised at `escalated_at_ms` only: refused
+    /// [`CommandBody::Decide`] for the escalation `escalation_token` names only: refused
     /// when the effect's open escalation is another one, so a decision made on what the
     /// provider held for one escalation never settles a later one (operator).
     DecideEscalation {
         /// The effect.
         key: EffectKey,
-        /// When the escalation decided on was raised ([`crate::Escalation::at_ms`]).
-        escalated_at_ms: u64,
+        /// The escalation decided on
+        /// ([`EffectRecord::escalation_token`](crate::EffectRecord::escalation_token) as it
+        /// was read).
+        escalation_token: u64,
         /// The decision.
         decision: Decision,
         /// Who decided.

@@ -287,11 +287,11 @@ impl<S: Store> Ledger<S> {
             } => self.decide(key, None, decision, operator, note, now),
             CommandBody::DecideEscalation {
                 key,
-                escalated_at_ms,
+                escalation_token,
                 decision,
                 operator,
                 note,
-            } => self.decide(key, Some(*escalated_at_ms), decision, operator, note, now),
+            } => self.decide(key, Some(*escalation_token), decision, operator, note, now),
             CommandBody::ExpireLeases { limit } => self.expire_leases(*limit, at),
             CommandBody::CollectGarbage { limit } => self.collect_garbage(*limit, now),
             CommandBody::Amend { declaration } => self.amend(declaration, now),

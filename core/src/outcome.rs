@@ -251,17 +251,19 @@ pub enum Refusal {
         bytes_max: u64,
     },
     /// A decision named the escalation it settles, and the effect's open escalation is
-    /// another one (the one named was settled, the effect was sent again and escalated
-    /// anew): what was found at the provider may be out of date.
+    /// another one (the one named was settled, the effect was attempted again and
+    /// escalated anew): what was found at the provider may be out of date.
     #[error(
-        "the decision is for the escalation at {decided_at_ms} ms, but the effect's open \
-         escalation is the one at {open_at_ms} ms: look at the provider again"
+        "the decision is for the escalation after attempt token {decided_token}, but the \
+         effect was attempted again since (token {open_token}) and escalated anew: look at \
+         the provider again"
     )]
     EscalationChanged {
-        /// When the escalation the decision names was raised (ledger time, ms).
-        decided_at_ms: u64,
-        /// When the effect's open escalation was raised.
-        open_at_ms: u64,
+        /// The escalation token the decision names.
+        decided_token: u64,
+        /// The open escalation's token
+        /// ([`EffectRecord::escalation_token`](crate::EffectRecord::escalation_token)).
+        open_token: u64,
     },
 }
 

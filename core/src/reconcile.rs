@@ -205,12 +205,12 @@ impl<S: Store> Ledger<S> {
     }
 
     /// Records an operator's decision on the effect's open escalation; with
-    /// `escalated_at_ms`, only if that is the open escalation
-    /// ([`Refusal::EscalationChanged`] otherwise).
+    /// `escalation_token`, only if that names the open escalation
+    /// ([`EffectRecord::escalation_token`]; [`Refusal::EscalationChanged`] otherwise).
     pub(crate) fn decide(
         &mut self,
         key: &EffectKey,
-        escalated_at_ms: Option<u64>,
+        escalation_token: Option<u64>,
         decision: &Decision,
         operator: &str,
         note: &str,
@@ -233,10 +233,11 @@ impl<S: Store> Ledger<S> {
         let Some(escalation) = rec.escalation.clone() else {
             return Refusal::NotEscalated.into();
         };
-        if let Some(decided_at_ms) = escalated_at_ms.filter(|t| *t != escalation.at_ms) {
+        let open_token = rec.escalation_token().unwrap_or(0);
+        if let Some(decided_token) = escalation_token.filter(|t| *t != open_token) {
             return Refusal::EscalationChanged {
-                decided_at_ms,
-                open_at_ms: escalation.at_ms,
+                decided_token,
+                open_token,
             }
             .into();
         }

@@ -300,6 +300,18 @@ impl EffectRecord {
         self.escalation.is_some()
     }
 
+    /// What names the open escalation, if any: the newest fencing token granted before it
+    /// (zero if none was). An escalated effect is granted no attempt, so the token stays
+    /// until the escalation is settled, and any later escalation follows a new attempt, so
+    /// it names one escalation of the record's life. The escalation's time would not:
+    /// ledger time may stand still for a while (after a change of leader), and one
+    /// effect can be decided, attempted and escalated again within it.
+    pub fn escalation_token(&self) -> Option<u64> {
+        self.escalation
+            .as_ref()
+            .map(|_| self.latest_token().unwrap_or(0))
+    }
+
     /// Whether the provider still deduplicates the provider key at real time `real_ms`
     /// (judge with the latest real time it may be, [`crate::Stamp::real_ms_max`]).
     pub fn within_horizon(&self, real_ms: u64) -> bool {

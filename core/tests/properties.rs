@@ -74,7 +74,8 @@ enum Op {
     Decide {
         key: usize,
         committed: bool,
-        /// 0: any open escalation; 1: the open one by its time; 2: another time.
+        /// 0: any open escalation; 1: the newest token (the open escalation's, if any);
+        /// 2: an older token of the effect (an earlier escalation's, say).
         fence: u8,
     },
     Amend {
@@ -284,12 +285,7 @@ impl Run {
                     Decision::NotCommitted
                 };
                 let key = effect_key(key, None);
-                let open_at_ms = self
-                    .h
-                    .ledger
-                    .get(&key)
-                    .and_then(|r| r.escalation)
-                    .map_or(self.h.now, |e| e.at_ms);
+                let escalation_token = self.token(&key, if fence == 1 { 0 } else { 5 });
                 let (operator, note) = ("ops".to_string(), String::new());
                 let body = match fence {
                     0 => CommandBody::Decide {
@@ -300,7 +296,7 @@ impl Run {
                     },
                     _ => CommandBody::DecideEscalation {
                         key,
-                        escalated_at_ms: open_at_ms + u64::from(fence - 1),
+                        escalation_token,
                         decision,
                         operator,
                         note,

@@ -296,7 +296,7 @@ fn ambiguity_past_the_observation_budget_escalates_and_stops_automatic_attempts(
 }
 
 /// Escalates `d` (a ticket) after an unknown dispatch whose look-ups stayed ambiguous;
-/// returns when the escalation was raised.
+/// returns the token that names the escalation.
 fn escalate_ticket(h: &mut Harness, d: &Declaration) -> u64 {
     let g = h.proceed(d);
     h.unknown(d, g.fencing_token);
@@ -304,18 +304,18 @@ fn escalate_ticket(h: &mut Harness, d: &Declaration) -> u64 {
         let r = h.reconcile_grant(d);
         h.observe(d, r.fencing_token, ObservationResult::StillUnknown);
     }
-    h.record(d).escalation.expect("escalated").at_ms
+    h.record(d).escalation_token().expect("escalated")
 }
 
 fn decide_escalation(
     h: &mut Harness,
     d: &Declaration,
-    escalated_at_ms: u64,
+    escalation_token: u64,
     decision: Decision,
 ) -> Outcome {
     h.operator(CommandBody::DecideEscalation {
         key: d.key.clone(),
-        escalated_at_ms,
+        escalation_token,
         decision,
         operator: "ops:jane".into(),
         note: "nothing at the provider".into(),
@@ -325,41 +325,43 @@ fn decide_escalation(
 /// A decision names the escalation it was made on; once that one is settled and the
 /// effect escalated anew, the decision (a person's stale finding, or a command re-run
 /// from a shell's history) is refused and changes nothing: "not committed" for the first
-/// escalation says nothing of the dispatch sent after it.
+/// escalation says nothing of the dispatch sent after it. Both escalations are raised
+/// at the same ledger time (it may stand still after a change of leader): the token, not
+/// the time, tells them apart.
 #[test]
 fn a_decision_on_an_escalation_no_longer_open_is_refused() {
     let mut h = Harness::new();
     let d = ticket("t-1");
-    let first_ms = escalate_ticket(&mut h, &d);
-    let out = decide_escalation(&mut h, &d, first_ms, Decision::NotCommitted);
+    let first = escalate_ticket(&mut h, &d);
+    let first_at_ms = h.record(&d).escalation.unwrap().at_ms;
+    let out = decide_escalation(&mut h, &d, first, Decision::NotCommitted);
     assert_eq!(
         out,
         Outcome::Decided {
             state: EffectState::FailedBeforeEffect
         }
     );
-    // Sent again, lost again, escalated again, later.
-    h.advance(LEASE_MS);
-    let second_ms = escalate_ticket(&mut h, &d);
-    assert!(second_ms > first_ms);
+    // Sent again, lost again, escalated again, within the same millisecond.
+    let second = escalate_ticket(&mut h, &d);
+    assert!(second > first);
+    assert_eq!(h.record(&d).escalation.unwrap().at_ms, first_at_ms);
     let before = h.record(&d);
-    let out = decide_escalation(&mut h, &d, first_ms, Decision::NotCommitted);
+    let out = decide_escalation(&mut h, &d, first, Decision::NotCommitted);
     assert_eq!(
         out,
         Outcome::Refused(Refusal::EscalationChanged {
-            decided_at_ms: first_ms,
-            open_at_ms: second_ms,
+            decided_token: first,
+            open_token: second,
         })
     );
     assert_eq!(h.record(&d), before);
     // Naming the open escalation decides it; one not escalated is refused as before.
-    let receipt = "ticket 4711".to_string();
     let out = decide_escalation(
         &mut h,
         &d,
-        second_ms,
+        second,
         Decision::Committed {
-            receipt: receipt.clone(),
+            receipt: "ticket 4711".into(),
         },
     );
     assert_eq!(
@@ -368,8 +370,8 @@ fn a_decision_on_an_escalation_no_longer_open_is_refused() {
             state: EffectState::Committed
         }
     );
-    assert_eq!(h.record(&d).decision.unwrap().settled.at_ms, second_ms);
-    let out = decide_escalation(&mut h, &d, second_ms, Decision::NotCommitted);
+    assert_eq!(h.record(&d).decision.unwrap().settled.at_ms, first_at_ms);
+    let out = decide_escalation(&mut h, &d, second, Decision::NotCommitted);
     assert_eq!(out, Outcome::Refused(Refusal::NotEscalated));
 }
 

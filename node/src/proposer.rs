@@ -275,7 +275,16 @@ mod tests {
                 },
             },
             CommandBody::Decide {
+                key: key.clone(),
+                decision: Decision::Committed {
+                    receipt: longest(RECEIPT_BYTES_MAX),
+                },
+                operator: name.clone(),
+                note: longest(DETAIL_BYTES_MAX),
+            },
+            CommandBody::DecideEscalation {
                 key,
+                escalation_token: u64::MAX,
                 decision: Decision::Committed {
                     receipt: longest(RECEIPT_BYTES_MAX),
                 },

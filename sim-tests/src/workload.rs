@@ -14,7 +14,8 @@
 //! A keyed effect escalated after look-ups past the provider's horizon (the one escalation
 //! this workload expects: a leader's clock far ahead) is decided as a person would decide
 //! it: from what the provider holds (committed with its receipt, or not committed),
-//! through the operator's key; a not-committed effect is then claimed again. The simulated provider applies a send at once, and a holder sends
+//! through the operator's key, naming the escalation it read; a not-committed effect is
+//! then claimed again. The simulated provider applies a send at once, and a holder sends
 //! only within its lease less a margin, so by the time look-ups escalate an effect what
 //! the provider holds is the truth a person would find in its console, as far as the
 //! ledger's own absence proof relies on it. Any other escalation is left standing and

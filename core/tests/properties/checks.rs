@@ -43,20 +43,21 @@ impl Run {
                 }
             }
         }
-        // A decision that names an escalation settles only that one.
+        // A decision that names an escalation by the newest token it had settles nothing
+        // once the effect was attempted since (a later escalation, or none).
         if let CommandBody::DecideEscalation {
             key,
-            escalated_at_ms,
+            escalation_token,
             ..
         } = &command.body
         {
-            let open_at_ms = before.get(key).and_then(|r| r.escalation).map(|e| e.at_ms);
-            if open_at_ms != Some(*escalated_at_ms) {
+            let latest = before.get(key).and_then(|r| r.latest_token()).unwrap_or(0);
+            if latest != *escalation_token {
                 prop_assert!(
                     matches!(out, Outcome::Refused(_)),
-                    "a decision for the escalation at {} settled {:?}: {:?}",
-                    escalated_at_ms,
-                    open_at_ms,
+                    "a decision for the escalation after token {} settled the one after {}: {:?}",
+                    escalation_token,
+                    latest,
                     out
                 );
             }

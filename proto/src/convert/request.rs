@@ -221,11 +221,11 @@ impl IntoCommand for pb::ObserveRequest {
 
 impl pb::DecideRequest {
     /// Records `operator`'s decision on the escalated effect `key`: on the escalation
-    /// raised at `escalated_at_ms` only, when given, else on whichever is open.
+    /// `escalation_token` names only, when given, else on whichever is open.
     pub fn new(
         command_id: impl Into<String>,
         key: EffectKey,
-        escalated_at_ms: Option<u64>,
+        escalation_token: Option<u64>,
         decision: Decision,
         operator: impl Into<String>,
         note: impl Into<String>,
@@ -236,12 +236,12 @@ impl pb::DecideRequest {
             decision: Some(decision.into()),
             operator: operator.into(),
             note: note.into(),
-            escalated_at_ms,
+            escalation_token,
         }
     }
 }
 
-/// `key` and the `decision` oneof are required. With `escalated_at_ms` it is a
+/// `key` and the `decision` oneof are required. With `escalation_token` it is a
 /// [`CommandBody::DecideEscalation`]; without, the [`CommandBody::Decide`] older clients
 /// send (and older nodes read).
 impl IntoCommand for pb::DecideRequest {
@@ -251,10 +251,10 @@ impl IntoCommand for pb::DecideRequest {
             required(self.decision, "decision")?,
         );
         let (operator, note) = (self.operator, self.note);
-        let body = match self.escalated_at_ms {
-            Some(escalated_at_ms) => CommandBody::DecideEscalation {
+        let body = match self.escalation_token {
+            Some(escalation_token) => CommandBody::DecideEscalation {
                 key,
-                escalated_at_ms,
+                escalation_token,
                 decision,
                 operator,
                 note,

@@ -67,8 +67,8 @@ pub fn sweep(ledger: &mut Ledger, now_ms: u64) {
 }
 
 /// The command for `body` (the operator's for a decision, the tenant's otherwise) with its
-/// fencing token (a real one) replaced by the model's token of the same attempt; `None`
-/// when the model has no such attempt yet.
+/// fencing token or escalation token (a real one) replaced by the model's token of the
+/// same attempt; `None` when the model has no such attempt yet.
 pub fn translate(
     ledger: &Ledger,
     command_id: &str,
@@ -94,6 +94,12 @@ pub fn translate(
         | CommandBody::Heartbeat {
             key, fencing_token, ..
         } => *fencing_token = model_token(key, *fencing_token)?,
+        // An escalation is named by the newest attempt's token before it.
+        CommandBody::DecideEscalation {
+            key,
+            escalation_token,
+            ..
+        } => *escalation_token = model_token(key, *escalation_token)?,
         _ => {}
     }
     // A decision is the operator's; everything else a tenant's tool server sends.

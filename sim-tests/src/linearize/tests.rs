@@ -397,20 +397,22 @@ fn a_resend_lease_cut_at_its_deadline_is_explained_by_the_bound_it_shows() {
     );
 }
 
-/// An operator's decision on whichever escalation is open.
-fn decide_not_committed() -> CommandBody {
-    CommandBody::Decide {
+/// An operator's decision on the escalation `escalation_token` names.
+fn decide_not_committed(escalation_token: u64) -> CommandBody {
+    CommandBody::DecideEscalation {
         key: key(),
+        escalation_token,
         decision: ledger_core::Decision::NotCommitted,
         operator: "ops:simulated".into(),
         note: "nothing at the provider".into(),
     }
 }
 
-/// A decision in the op log is the operator's command (the model applies it as such): a
-/// history in which a spent dispatch budget escalates the effect, a person decides it
-/// not committed and it is granted again is linearizable; the same history with the
-/// decision answered "not escalated", or a grant before the decision, is not.
+/// A decision in the op log is the operator's command (the model applies it as such), its
+/// escalation token translated like a fencing token: a history in which a spent dispatch
+/// budget escalates the effect, a person decides it not committed and it is granted again
+/// is linearizable; the same history with the decision answered "not escalated", or a
+/// grant before the decision, is not.
 #[test]
 fn an_operators_decision_is_applied_as_the_operators_command() {
     let mut ledger = reference();
@@ -441,7 +443,10 @@ fn an_operators_decision_is_applied_as_the_operators_command() {
         "{escalated:?}"
     );
     ops.push(op("c-last", claim("h1"), (at - 5, Some(at + 5)), escalated));
-    let decide = decide_not_committed();
+    // The reference's tokens are offset by another effect's: the model translates the
+    // escalation token through the attempt it names, as it does fencing tokens.
+    let token = ledger.get(&key()).unwrap().escalation_token().unwrap();
+    let decide = decide_not_committed(token);
     let operator = Command {
         command_id: "d1".into(),
         caller: Caller::Operator,

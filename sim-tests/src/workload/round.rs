@@ -361,24 +361,24 @@ impl Actor {
     /// have passed (a leader's clock far ahead). Any other escalation is left standing,
     /// for the every-effect-committed check to report.
     ///
-    /// The decision does not name the escalation it read (`DecideEscalation`): the
-    /// linearizability model applies each command at the earliest time it may have been
-    /// stamped, so its escalations carry other times than the cluster's. A decision
-    /// delayed past another client's, a new dispatch and a new escalation would settle
-    /// that one; here that cannot make a false verdict, since the provider only gains
-    /// effects (a stale "committed" stays true) and a new escalation after look-ups that
-    /// found nothing means the provider still holds nothing.
+    /// The decision names the escalation it read (`DecideEscalation`, by its token), so
+    /// one made on a stale reading (another client's operator decided first, and the
+    /// effect was attempted and escalated anew) is refused, and the effect is looked at
+    /// again.
     async fn decide(&mut self, key: &EffectKey) -> Step {
         let Some(record) = self.read(key).await else {
             return Step::Later;
         };
-        if record.escalation.is_none() {
+        let Some(escalation_token) = record.escalation_token() else {
             // Decided by another client's operator, or committed since.
             return Step::Later;
-        }
+        };
+        // Look-ups since the last decision: an earlier escalation's say nothing of this one.
+        let since_ms = record.decision.as_ref().map_or(0, |d| d.at_ms);
         let past_horizon = record
             .observations
             .iter()
+            .filter(|o| o.at_ms >= since_ms)
             .any(|o| o.detail.contains(ledger_core::PAST_HORIZON_NOTE));
         if !past_horizon {
             return Step::Settled;
@@ -391,8 +391,9 @@ impl Actor {
         let command_id = self.command_id();
         let call = Call::Command {
             command_id: command_id.clone(),
-            body: Box::new(CommandBody::Decide {
+            body: Box::new(CommandBody::DecideEscalation {
                 key: key.clone(),
+                escalation_token,
                 decision: decision.clone(),
                 operator: OPERATOR.into(),
                 note: note.into(),
@@ -411,7 +412,8 @@ impl Actor {
                         key.clone(),
                         decision.clone(),
                     );
-                    async move { c.decide(&id, k, None, d, OPERATOR, note).await }
+                    let token = Some(escalation_token);
+                    async move { c.decide(&id, k, token, d, OPERATOR, note).await }
                 },
             )
             .await;
@@ -425,7 +427,9 @@ impl Actor {
                     Step::Later
                 }
             }
-            Some(Err(ClientError::Refused(Refusal::NotEscalated))) => Step::Later,
+            Some(Err(ClientError::Refused(
+                Refusal::NotEscalated | Refusal::EscalationChanged { .. },
+            ))) => Step::Later,
             Some(Err(e)) => {
                 self.anomaly(key, format!("decide failed: {e}"));
                 Step::Later

@@ -42,12 +42,23 @@ pub async fn get(client: &LedgerClient, args: &Get, format: Format) -> CliResult
     Ok(Exit::Success)
 }
 
-/// The open escalation, with when it was raised (what `decide --escalated-at` names).
 fn escalation(record: &EffectRecord) -> String {
-    record.escalation.as_ref().map_or_else(
-        || "-".into(),
-        |e| format!("{:?} at {} ms", e.reason, e.at_ms),
-    )
+    record
+        .escalation
+        .as_ref()
+        .map_or_else(|| "-".into(), |e| format!("{:?}", e.reason))
+}
+
+/// The open escalation as `get` shows it: why, when, and the token that names it (what
+/// `decide --escalation-token` takes).
+fn escalation_in_full(record: &EffectRecord) -> String {
+    match (&record.escalation, record.escalation_token()) {
+        (Some(e), Some(token)) => format!(
+            "{:?} at {} ms (escalation token {token})",
+            e.reason, e.at_ms
+        ),
+        _ => "-".into(),
+    }
 }
 
 fn print_record(r: &EffectRecord) {
@@ -61,7 +72,7 @@ fn print_record(r: &EffectRecord) {
     print_fields(&[
         ("key", r.key.to_string()),
         ("state", r.state.as_str().into()),
-        ("escalated", escalation(r)),
+        ("escalated", escalation_in_full(r)),
         (
             "tool",
             format!(
@@ -218,7 +229,7 @@ pub async fn decide(client: &LedgerClient, args: &Decide, format: Format) -> Cli
         .decide(
             &command_id,
             key.clone(),
-            args.escalated_at,
+            args.escalation_token,
             decision,
             &args.operator,
             &args.note,

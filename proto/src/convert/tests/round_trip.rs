@@ -266,10 +266,10 @@ fn bodies() -> Vec<CommandBody> {
             .into_iter()
             .map(|decision| CommandBody::DecideEscalation {
                 key: key(),
-                escalated_at_ms: 42_000,
+                escalation_token: 42,
                 decision,
                 operator: "ops:bo".into(),
-                note: "checked the escalation at 42 s".into(),
+                note: "checked the escalation after attempt 42".into(),
             }),
     );
     bodies
@@ -351,12 +351,12 @@ fn through_request(id: &str, caller: Caller, body: CommandBody) -> Command {
         ),
         CommandBody::DecideEscalation {
             key,
-            escalated_at_ms,
+            escalation_token,
             decision,
             operator,
             note,
         } => read(
-            pb::DecideRequest::new(id, key, Some(escalated_at_ms), decision, operator, note),
+            pb::DecideRequest::new(id, key, Some(escalation_token), decision, operator, note),
             caller,
         ),
         CommandBody::Amend { declaration } => read(pb::AmendRequest::new(id, declaration), caller),

@@ -70,7 +70,7 @@ pub enum Verdict {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("escalation").required(true).args(["escalated_at", "any_escalation"])))]
+#[command(group(ArgGroup::new("escalation").required(true).args(["escalation_token", "any_escalation"])))]
 pub struct Decide {
     /// tenant/namespace/key of the escalated effect.
     pub key: String,
@@ -86,14 +86,14 @@ pub struct Decide {
     /// Why: what was checked (kept in the record).
     #[arg(long, value_name = "TEXT")]
     pub note: String,
-    /// The escalation decided on: when it was raised, as `ledgerctl get` shows it. The
-    /// decision is refused if the effect's open escalation is another one (the effect was
-    /// decided by someone else, sent again and escalated anew), since what the provider
-    /// held for this one says nothing of the later one.
-    #[arg(long, value_name = "MS")]
-    pub escalated_at: Option<u64>,
+    /// The escalation decided on, by the token `ledgerctl get` shows with it. The decision
+    /// is refused if the effect's open escalation is another one (someone else decided
+    /// it, and the effect was attempted again and escalated anew), since what the
+    /// provider held for this one says nothing of the later one.
+    #[arg(long, value_name = "TOKEN")]
+    pub escalation_token: Option<u64>,
     /// Settle whichever escalation is open when the decision arrives, instead of naming
-    /// one with --escalated-at.
+    /// one with --escalation-token.
     #[arg(long)]
     pub any_escalation: bool,
     /// The decision's command id; send the same id again to retry a decision whose
