@@ -467,11 +467,9 @@ fn an_operators_decision_is_applied_as_the_operators_command() {
         regranted,
     );
 
-    let history: Vec<Op> = ops
-        .iter()
-        .cloned()
-        .chain([decision, grant.clone()])
-        .collect();
+    // The escalating history, then the given ops.
+    let then = |tail: Vec<Op>| -> Vec<Op> { ops.iter().cloned().chain(tail).collect() };
+    let history = then(vec![decision, grant.clone()]);
     assert_eq!(verdict(&history), Verdict::Linearizable);
 
     let refused = op(
@@ -480,13 +478,9 @@ fn an_operators_decision_is_applied_as_the_operators_command() {
         (at + 95, Some(at + 105)),
         Outcome::Refused(ledger_core::Refusal::NotEscalated),
     );
-    let forged: Vec<Op> = ops
-        .iter()
-        .cloned()
-        .chain([refused, grant.clone()])
-        .collect();
+    let forged = then(vec![refused, grant.clone()]);
     assert_eq!(verdict(&forged), Verdict::NotLinearizable);
 
-    let undecided: Vec<Op> = ops.into_iter().chain([grant]).collect();
+    let undecided = then(vec![grant]);
     assert_eq!(verdict(&undecided), Verdict::NotLinearizable);
 }
