@@ -17,6 +17,9 @@
 //! node, without spending an attempt, until [`OverloadPolicy::wait_ms_max`] of such waits
 //! are spent; then the call fails with [`ClientError::Overloaded`], a clear "try later".
 //!
+//! A refusal travels in a header, and an intent conflict's can be large: channels take
+//! header blocks up to [`HEADER_LIST_BYTES_MAX`], not hyper's default of 16 KiB.
+//!
 //! With [`TlsOptions`] every connection is TLS: the nodes' certificates must be signed by
 //! the given CA, and a client certificate is presented when one is given (nodes that
 //! require client certificates refuse a client without one). The simulation has no TLS.
@@ -73,6 +76,14 @@ const OVERLOAD_WAIT_MS_MIN: u64 = 10;
 /// Deadline of one leader query made after a failure; a node that does not answer in
 /// this time is skipped.
 const LEADER_PROBE_TIMEOUT_MS: u64 = 300;
+
+/// Largest block of headers this client takes from a node (hyper's default is 16 KiB).
+/// A refusal travels as JSON in a header (`ledger-refusal-bin`, in base64), and an intent
+/// conflict names every top-level member that differs: up to every member name of two
+/// intents of `INTENT_BYTES_MAX` (64 KiB) each, about 175 KiB in base64. A block over the
+/// limit fails as a transport error, which is retried and ends as "maybe applied" instead
+/// of the conflict the node answered.
+pub const HEADER_LIST_BYTES_MAX: u32 = 1 << 20;
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -289,6 +300,7 @@ impl Transport {
                     .expect("validated in new")
                     .connect_timeout(Duration::from_millis(500))
                     .tcp_nodelay(true)
+                    .http2_max_header_list_size(HEADER_LIST_BYTES_MAX)
                     .connect_lazy()
             })
             .clone()
@@ -420,6 +432,13 @@ impl Transport {
         let base_ms = hint_ms
             .min(self.inner.overload.hint_ms_max)
             .max(OVERLOAD_WAIT_MS_MIN);
+        self.jittered_ms(base_ms)
+    }
+
+    /// `base_ms` plus up to half of it again, so that callers that failed together do not
+    /// come back together (drawn as [`Transport::jitter`] draws: the same in every replay
+    /// of a simulated run).
+    pub(crate) fn jittered_ms(&self, base_ms: u64) -> u64 {
         base_ms + base_ms * (self.jitter() % 500) / 1_000
     }
 

@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use common::*;
 use ledger_client::reconcile::BoxFuture;
@@ -144,4 +145,58 @@ async fn ambiguity_past_the_observation_budget_escalates() {
         }
     );
     assert_eq!(adapter.looks.load(Ordering::SeqCst), 2);
+}
+
+/// An adapter that takes `look_ms` to say it found nothing.
+struct SlowAdapter {
+    look_ms: u64,
+}
+
+impl ProviderAdapter for SlowAdapter {
+    fn observe<'a>(&'a self, _effect: &'a EffectRecord) -> BoxFuture<'a, Observation> {
+        let look = Duration::from_millis(self.look_ms);
+        Box::pin(async move {
+            tokio::time::sleep(look).await;
+            Observation::NotCommitted {
+                detail: "no ticket with this external reference".into(),
+            }
+        })
+    }
+}
+
+/// A look-up that outlives its reconciliation lease is not recorded (the ledger refuses
+/// it, `LeaseExpired`), which leaves the outcome as unknown as it was: the run says so,
+/// instead of failing with the refusal of a step inside it, which a caller would take as
+/// the ledger's final word on the effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_up_that_outlives_its_lease_leaves_the_outcome_unknown() {
+    let ledger = Ledger::start().await;
+    let c = call("desk/create_ticket", "t7", r#"{"subject":"slow search"}"#);
+    let first = ledger
+        .runner("server-a", 30_000)
+        .effect(c.clone())
+        .run(|_| async {
+            DispatchResult::Unknown {
+                reason: "timed out after sending".into(),
+            }
+        })
+        .await
+        .unwrap();
+    assert!(matches!(first, EffectOutcome::Unknown { .. }), "{first:?}");
+    let adapter = SlowAdapter { look_ms: 600 };
+    let outcome = ledger
+        .runner("server-b", 30_000)
+        .effect(c)
+        .reconcile_with(&adapter)
+        .reconcile_options(ReconcileOptions {
+            rounds_max: 1,
+            lease_ms: 200,
+            ..ReconcileOptions::default()
+        })
+        .run(must_not_dispatch)
+        .await;
+    assert!(
+        matches!(outcome, Ok(EffectOutcome::NeedsReconcile(_))),
+        "{outcome:?}"
+    );
 }

@@ -64,10 +64,41 @@ pub fn refusal_code(refusal: &Refusal) -> Code {
     }
 }
 
+/// Most bytes of member names a conflict's refusal names in its status. A status travels
+/// in HTTP/2 headers, and clients take header blocks of 8 KiB (grpc-java) or 16 KiB
+/// (hyper's default) unless told otherwise; a conflict between two large intents could
+/// name every member of both. Past this, the names that fit are followed by one entry
+/// saying how many more differ.
+pub const DIFFERING_FIELDS_BYTES_MAX: usize = 4 << 10;
+
 /// The status a refusal is sent as: its code, its text, and the refusal as JSON in
-/// [`REFUSAL_METADATA_KEY`].
+/// [`REFUSAL_METADATA_KEY`] (a conflict naming at most [`DIFFERING_FIELDS_BYTES_MAX`]
+/// bytes of member names).
 pub fn refusal_to_status(refusal: &Refusal) -> Status {
     let mut metadata = MetadataMap::new();
+    let bounded;
+    let refusal = match refusal {
+        Refusal::Conflict(conflict) => {
+            let mut conflict = conflict.clone();
+            let mut bytes = 0_usize;
+            let fitting = conflict
+                .differing_fields
+                .iter()
+                .take_while(|name| {
+                    bytes = bytes.saturating_add(name.len() + 4);
+                    bytes <= DIFFERING_FIELDS_BYTES_MAX
+                })
+                .count();
+            let more = conflict.differing_fields.len() - fitting;
+            if more > 0 {
+                conflict.differing_fields.truncate(fitting);
+                conflict.differing_fields.push(format!("({more} more)"));
+            }
+            bounded = Refusal::Conflict(conflict);
+            &bounded
+        }
+        other => other,
+    };
     // Serialising a refusal (strings, numbers, byte arrays) into memory cannot fail; if it
     // ever did, the code and message still tell the client what happened.
     if let Ok(json) = serde_json::to_vec(refusal) {

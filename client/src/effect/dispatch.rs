@@ -1,11 +1,11 @@
 //! One granted attempt: dispatch under heartbeats, report, and the guard that reports a
-//! cancelled dispatch as unknown and sends once more a report the ledger did not answer.
+//! cancelled dispatch as unknown and sends again a report the ledger did not answer.
 
 use std::future::Future;
 use std::time::Duration;
 
 use ledger_core::limits::{fit_detail, fit_receipt};
-use ledger_core::{EffectKey, EffectState, Grant, Refusal, Report};
+use ledger_core::{EffectKey, EffectState, Grant, Refusal, Report, TenantSettings};
 
 use super::{ids, AttemptInfo, DispatchResult, EffectRunner, RunError};
 use crate::error::ClientError;
@@ -56,7 +56,7 @@ where
     let id = ids::report(key, token, report_kind(&report));
     let reported = runner.ledger.report(&id, key.clone(), token, report).await;
     // The ledger's answer, a refusal included, settles the report. Without one (no
-    // leader, the node lost) it stays pending: the guard sends it once more as the
+    // leader, the node lost, overload) it stays pending: the guard sends it again as the
     // attempt ends, with the same id, so the ledger takes it at most once, and a
     // committed effect is not left to run out into an unknown one.
     if matches!(reported, Ok(_) | Err(ClientError::Refused(_))) {
@@ -131,7 +131,7 @@ pub(super) async fn grant_still_live(
     grant: &Grant,
     asked_at: tokio::time::Instant,
 ) -> Option<tokio::time::Instant> {
-    let lease_ms = granted_lease_ms(grant);
+    let lease_ms = granted_lease_ms(grant, runner.options().lease_ms);
     let safe = certain_part(lease_ms);
     if asked_at.elapsed() < safe {
         return Some(asked_at);
@@ -167,6 +167,9 @@ pub(super) const NEVER_SENT_LATE: &str = "never sent: the grant arrived after it
 /// ... when the caller stopped waiting before the grant arrived.
 pub(super) const NEVER_SENT_ABANDONED: &str = "never sent: the call that claimed it had \
                                                stopped waiting before it could be used";
+/// ... when it named another provider key than the effect's.
+pub(super) const NEVER_SENT_WRONG_KEY: &str = "never sent: the grant named another provider \
+                                               key than the effect's";
 
 /// Gives back a grant this call never used: reports it failed before effect, which it is,
 /// since nothing was sent, so that the next claim is granted at once instead of waiting
@@ -217,7 +220,7 @@ async fn with_heartbeats(
             None => dispatch.await,
         }
     };
-    let lease = LeaseKeeper::new(granted_lease_ms(grant), asked_at);
+    let lease = LeaseKeeper::new(granted_lease_ms(grant, options.lease_ms), asked_at);
     let lost = lease.keep(runner.ledger(), key, grant.fencing_token);
     tokio::select! {
         biased;
@@ -231,11 +234,14 @@ async fn with_heartbeats(
     }
 }
 
-/// The lease the ledger granted, in ms: what heartbeats ask for again.
-pub(super) fn granted_lease_ms(grant: &Grant) -> u64 {
+/// The lease the ledger granted, in ms: what heartbeats ask for again. Never more than
+/// the `asked_ms` the claim asked for: the ledger grants at most that, so a longer lease
+/// is a node's error, and trusting it would let a dispatch run on after its lease ended.
+pub(super) fn granted_lease_ms(grant: &Grant, asked_ms: u64) -> u64 {
     grant
         .lease_until_ms
         .saturating_sub(grant.granted_at_ms)
+        .min(asked_ms)
         .max(1)
 }
 
@@ -320,8 +326,8 @@ fn certain_part(lease_ms: u64) -> Duration {
 
 /// Sends the pending report if the attempt ends (or its future is dropped) before the
 /// ledger answered it: unknown while dispatching (it may have reached the provider), the
-/// real result once known. Best effort; if it is lost too, the lease runs out and the
-/// leader's sweeper marks the effect unknown, never failed.
+/// real result once known (see [`resend_report`]). If it is lost for good, the lease runs
+/// out and the leader's sweeper marks the effect unknown, never failed.
 struct ReportGuard {
     ledger: LedgerClient,
     key: EffectKey,
@@ -335,11 +341,54 @@ impl Drop for ReportGuard {
             return;
         };
         let (ledger, key, token) = (self.ledger.clone(), self.key.clone(), self.token);
-        let id = ids::report(&key, token, report_kind(&report));
-        super::spawn_from_drop(async move {
-            if let Err(e) = ledger.report(&id, key.clone(), token, report).await {
-                tracing::debug!(effect = %key, error = %e, "report after cancellation failed");
+        super::spawn_from_drop(resend_report(ledger, key, token, report));
+    }
+}
+
+/// First pause between two sends of a committed report the ledger did not answer; it
+/// doubles up to [`REPORT_RESEND_BACKOFF_MS_MAX`], each with up to half of it again.
+const REPORT_RESEND_BACKOFF_MS: u64 = 200;
+/// Longest pause between two sends of a committed report.
+const REPORT_RESEND_BACKOFF_MS_MAX: u64 = 30_000;
+
+/// Sends `report` of the attempt holding `token` again, under the id it was sent with, so
+/// that the ledger takes it at most once.
+///
+/// A committed report is a fact the ledger takes from any attempt at any time, its lease
+/// run out or not: it is sent until the ledger answers it (taken, or refused, which is
+/// final), with a growing pause between sends, for as long as the ledger remembers command
+/// ids by default (`TenantSettings::COMMAND_RETENTION_MS_DEFAULT`, a day). Unsent, the
+/// known commit would become an unknown outcome to reconcile, or for an irreversible tool
+/// with no look-up, a person's to decide. (Sent after the ledger forgot the id, it is
+/// applied again, which changes nothing: the effect is committed, or its record collected
+/// and the report refused.) Any other report is taken only while the lease lasts, and is
+/// sent once.
+async fn resend_report(ledger: LedgerClient, key: EffectKey, token: u64, report: Report) {
+    let id = ids::report(&key, token, report_kind(&report));
+    let committed = matches!(report, Report::Committed { .. });
+    let give_up_at = tokio::time::Instant::now()
+        + Duration::from_millis(TenantSettings::COMMAND_RETENTION_MS_DEFAULT);
+    let mut backoff_ms = REPORT_RESEND_BACKOFF_MS;
+    loop {
+        let error = match ledger.report(&id, key.clone(), token, report.clone()).await {
+            Ok(_) => return,
+            Err(ClientError::Refused(refusal)) => {
+                tracing::debug!(effect = %key, %refusal, "report sent again and refused");
+                return;
             }
-        });
+            Err(error) => error,
+        };
+        if !committed {
+            tracing::debug!(effect = %key, %error, "report sent again failed; the lease ends it");
+            return;
+        }
+        let wait = Duration::from_millis(ledger.transport().jittered_ms(backoff_ms));
+        if tokio::time::Instant::now() + wait > give_up_at {
+            tracing::warn!(effect = %key, %error, "committed report not taken; giving up");
+            return;
+        }
+        tracing::debug!(effect = %key, %error, "committed report not taken; sending again");
+        tokio::time::sleep(wait).await;
+        backoff_ms = (backoff_ms * 2).min(REPORT_RESEND_BACKOFF_MS_MAX);
     }
 }

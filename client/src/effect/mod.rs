@@ -143,13 +143,18 @@ pub enum EffectOutcome {
 /// Why running an effect failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RunError {
-    /// A ledger call failed before this call dispatched anything.
+    /// A ledger call failed before this call dispatched anything. A claim that failed in
+    /// a way that may have been applied (unavailable, overloaded, an answer not
+    /// understood) is sent again in the background a few times, with its command id, and
+    /// a grant it finds is given back as never sent.
     #[error(transparent)]
     Ledger(#[from] ClientError),
-    /// The dispatch ended but the ledger did not take the report. It is sent once more
-    /// in the background (with the same command id); if that is lost too, the record
-    /// stays in progress until its lease runs out and is then reconciled. `result` is
-    /// what the provider said.
+    /// The dispatch ended but the ledger did not take the report. It is sent again in
+    /// the background with the same command id: a committed report, which the ledger
+    /// takes at any time, with a growing pause until the ledger answers it (for up to the
+    /// day the ledger remembers command ids by default); any other report once, and if
+    /// that is lost too, the record stays in progress until its lease runs out and is
+    /// then reconciled. `result` is what the provider said.
     #[error("the dispatch ended ({result:?}) but the ledger did not take the report: {source}")]
     Unreported {
         /// What the dispatch proved.

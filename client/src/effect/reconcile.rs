@@ -8,6 +8,7 @@ use std::time::Duration;
 use ledger_core::limits::{fit_detail, fit_receipt};
 use ledger_core::{
     EffectKey, EffectRecord, EffectState, EscalationReason, ObservationResult, ReconcileOutcome,
+    Refusal,
 };
 
 use super::{ids, EffectRunner};
@@ -106,10 +107,23 @@ impl EffectRunner {
                 }
             };
             let id = ids::observe(key, grant.fencing_token);
-            let (state, escalated) = self
+            let observed = self
                 .ledger()
                 .observe(&id, key.clone(), grant.fencing_token, result, &detail)
-                .await?;
+                .await;
+            let (state, escalated) = match observed {
+                Ok(observed) => observed,
+                // The look-up outlived this attempt's lease, or another reconciler took
+                // over: the observation is not recorded, and the outcome is as unknown as
+                // before. Not this run's refusal, which a caller would take as final.
+                Err(ClientError::Refused(
+                    refusal @ (Refusal::LeaseExpired { .. } | Refusal::StaleToken { .. }),
+                )) => {
+                    tracing::warn!(effect = %key, %refusal, "observation not recorded");
+                    return Ok(Reconciled::StillUnknown);
+                }
+                Err(e) => return Err(e),
+            };
             match state {
                 EffectState::Committed => {
                     let receipt = self

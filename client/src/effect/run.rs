@@ -5,51 +5,144 @@
 //! other answer is returned as it is.
 
 use std::future::Future;
+use std::time::Duration;
 
-use ledger_core::{ClaimOutcome, EffectKey, EffectState, Grant, Unsettled};
+use ledger_core::{
+    AttemptKind, ClaimOutcome, Declaration, EffectKey, EffectState, Grant, Unsettled,
+};
 
 use super::dispatch::{
     give_back_unused, grant_still_live, run_attempt, AttemptEnd, NEVER_SENT_ABANDONED,
-    NEVER_SENT_LATE,
+    NEVER_SENT_LATE, NEVER_SENT_WRONG_KEY,
 };
 use super::{ids, AttemptInfo, DispatchResult, EffectOutcome, EffectRun, RunError, Settled};
 use crate::error::ClientError;
 use crate::ledger::LedgerClient;
 use crate::reconcile::Reconciled;
 
+/// One claim as it is sent, every time under its own command id: sent again after its
+/// answer was lost, it gets the first answer back (the same grant), never a second one.
+#[derive(Clone)]
+struct ClaimAsk {
+    id: String,
+    declaration: Declaration,
+    holder: String,
+    lease_ms: u64,
+    confirmation: Option<String>,
+}
+
+impl ClaimAsk {
+    async fn send(self, ledger: LedgerClient) -> Result<ClaimOutcome, ClientError> {
+        let ClaimAsk {
+            id,
+            declaration,
+            holder,
+            lease_ms,
+            confirmation,
+        } = self;
+        ledger
+            .claim(&id, declaration, &holder, Some(lease_ms), confirmation)
+            .await
+    }
+}
+
+/// Whether a claim that failed with `error` may have been applied all the same: no answer
+/// came within the retries (or overload waits), or none that could be read, so the ledger
+/// may hold a grant for it that nobody knows of.
+fn may_have_been_applied(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Unavailable { .. }
+            | ClientError::Overloaded { .. }
+            | ClientError::Malformed(_)
+    )
+}
+
+/// How many times a claim that may have been applied is sent again to find its grant.
+const RECOVERY_SENDS_MAX: u32 = 3;
+/// The pause before the first of those sends; it doubles before each next one, with up to
+/// half of it again.
+const RECOVERY_BACKOFF_MS: u64 = 500;
+
+/// Gives back the grant of a claim that failed but may have been applied (its answer lost,
+/// later tries unanswered): otherwise it would hold its effect's lease with nobody to use
+/// it, and run out into an unknown outcome to reconcile (or, for an irreversible tool
+/// with no look-up, to escalate) although nothing was sent. The claim is sent again under
+/// its own id, so the ledger answers what it answered first, up to
+/// [`RECOVERY_SENDS_MAX`] times after a pause; a grant is given back as never sent. A
+/// grant whose lease ran out meanwhile is refused back, and changes nothing.
+///
+/// It is sent again only while the record shows an open dispatch attempt held by this
+/// claim's holder, the only way a grant of it can be waiting: a claim that never reached
+/// the ledger, sent again, would be applied as a new one and spend one of the effect's
+/// dispatch attempts (an irreversible tool has one) on a grant given back at once.
+async fn recover_grant(ledger: LedgerClient, key: EffectKey, ask: ClaimAsk) {
+    let mut backoff_ms = RECOVERY_BACKOFF_MS;
+    for _ in 0..RECOVERY_SENDS_MAX {
+        tokio::time::sleep(Duration::from_millis(
+            ledger.transport().jittered_ms(backoff_ms),
+        ))
+        .await;
+        backoff_ms *= 2;
+        match ledger.get(key.clone()).await {
+            Ok(record) => {
+                let held = record
+                    .as_ref()
+                    .and_then(|r| r.open_attempt())
+                    .is_some_and(|a| a.kind == AttemptKind::Dispatch && a.holder == ask.holder);
+                if !held {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(effect = %key, error = %e, "failed claim's record not read");
+                continue;
+            }
+        }
+        match ask.clone().send(ledger.clone()).await {
+            Ok(ClaimOutcome::Proceed(grant)) => {
+                give_back_unused(&ledger, &key, &grant, NEVER_SENT_ABANDONED).await;
+                return;
+            }
+            // Answered without a grant: nothing is held.
+            Ok(_) | Err(ClientError::Refused(_)) => return,
+            Err(e) => tracing::debug!(effect = %key, error = %e, "failed claim not found again"),
+        }
+    }
+}
+
 /// A claim on its way. Run in a task of its own, so that a run dropped while it waits
 /// (its caller gave up, a request timed out) does not drop the claim's answer with it: a
 /// grant that arrives for nobody is then given back as never sent, instead of holding its
 /// effect's lease with nobody to use it until it runs out into an unknown outcome that
-/// must be reconciled (or, without a look-up, escalated) although nothing was sent.
+/// must be reconciled (or, without a look-up, escalated) although nothing was sent. A
+/// claim that failed but may have been applied is looked for again ([`recover_grant`]),
+/// whether or not anyone still waits for its answer.
 struct Claiming {
     task: Option<tokio::task::JoinHandle<Result<ClaimOutcome, ClientError>>>,
     ledger: LedgerClient,
     key: EffectKey,
+    ask: ClaimAsk,
 }
 
 impl Claiming {
-    /// Starts `claim` on `ledger` for the effect `key`.
-    fn start<Fut>(
-        ledger: LedgerClient,
-        key: EffectKey,
-        claim: impl FnOnce(LedgerClient) -> Fut,
-    ) -> Self
-    where
-        Fut: Future<Output = Result<ClaimOutcome, ClientError>> + Send + 'static,
-    {
+    /// Starts `ask` on `ledger` for the effect `key`.
+    fn start(ledger: LedgerClient, key: EffectKey, ask: ClaimAsk) -> Self {
         Claiming {
-            task: Some(tokio::spawn(claim(ledger.clone()))),
+            task: Some(tokio::spawn(ask.clone().send(ledger.clone()))),
             ledger,
             key,
+            ask,
         }
     }
 
+    /// The claim's answer. The caller gets a failure at once; a grant the claim may have
+    /// left all the same is looked for meanwhile.
     async fn answer(mut self) -> Result<ClaimOutcome, ClientError> {
         let task = self.task.as_mut().expect("awaited once");
         let answer = task.await;
         self.task = None;
-        match answer {
+        let answer = match answer {
             Ok(answer) => answer,
             // A bug in the claim path: the caller's task fails as the claim's did.
             Err(e) if e.is_panic() => panic!("the claim's task panicked: {e}"),
@@ -57,7 +150,12 @@ impl Claiming {
                 attempts: 0,
                 last: format!("the claim's task ended without an answer: {e}"),
             }),
+        };
+        if matches!(&answer, Err(e) if may_have_been_applied(e)) {
+            let (ledger, key, ask) = (self.ledger.clone(), self.key.clone(), self.ask.clone());
+            tokio::spawn(recover_grant(ledger, key, ask));
         }
+        answer
     }
 }
 
@@ -66,10 +164,14 @@ impl Drop for Claiming {
         let Some(task) = self.task.take() else {
             return;
         };
-        let (ledger, key) = (self.ledger.clone(), self.key.clone());
+        let (ledger, key, ask) = (self.ledger.clone(), self.key.clone(), self.ask.clone());
         super::spawn_from_drop(async move {
-            if let Ok(Ok(ClaimOutcome::Proceed(grant))) = task.await {
-                give_back_unused(&ledger, &key, &grant, NEVER_SENT_ABANDONED).await;
+            match task.await {
+                Ok(Ok(ClaimOutcome::Proceed(grant))) => {
+                    give_back_unused(&ledger, &key, &grant, NEVER_SENT_ABANDONED).await
+                }
+                Ok(Err(e)) if may_have_been_applied(&e) => recover_grant(ledger, key, ask).await,
+                _ => {}
             }
         });
     }
@@ -155,22 +257,32 @@ impl EffectRun<'_> {
         loop {
             claims += 1;
             let key = &self.call.declaration.key;
-            let id = ids::claim(key, &runner.next_invocation());
+            let ask = ClaimAsk {
+                id: ids::claim(key, &runner.next_invocation()),
+                declaration: self.call.declaration.clone(),
+                holder: runner.holder().to_owned(),
+                lease_ms: runner.options().lease_ms,
+                confirmation: self.call.confirmation.clone(),
+            };
             let asked_at = tokio::time::Instant::now();
-            let (declaration, holder) = (self.call.declaration.clone(), runner.holder().to_owned());
-            let (lease_ms, confirmation) =
-                (runner.options().lease_ms, self.call.confirmation.clone());
-            let claim =
-                Claiming::start(runner.ledger().clone(), key.clone(), |ledger| async move {
-                    ledger
-                        .claim(&id, declaration, &holder, Some(lease_ms), confirmation)
-                        .await
-                })
+            let claim = Claiming::start(runner.ledger().clone(), key.clone(), ask)
                 .answer()
                 .await?;
             let step = match claim {
                 ClaimOutcome::Proceed(grant) => {
                     let unused = Unused::hold(runner.ledger(), key, &grant);
+                    // The provider key is what keeps re-sends of this effect from being
+                    // a second effect: a grant naming another is a node's error, never sent.
+                    let expected = key.provider_key();
+                    if grant.provider_key != expected {
+                        give_back_unused(runner.ledger(), key, &grant, NEVER_SENT_WRONG_KEY).await;
+                        unused.release();
+                        return Err(RunError::Ledger(ClientError::Malformed(format!(
+                            "the grant for {key} names provider key {:?}, not the effect's \
+                             {expected:?}; nothing was sent",
+                            grant.provider_key
+                        ))));
+                    }
                     match grant_still_live(runner, key, &grant, asked_at).await {
                         // Nothing was sent; the ledger's next answer says who holds it now.
                         // Held until given back: dropped meanwhile, the guard gives it back.

@@ -35,6 +35,10 @@ pub trait Handler: Send + Sync + 'static {
         Err(unimplemented())
     }
 
+    async fn declare(&self, _request: pb::DeclareRequest) -> Result<pb::DeclareResponse, Status> {
+        Err(unimplemented())
+    }
+
     async fn report(&self, _request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         Err(unimplemented())
     }
@@ -88,9 +92,12 @@ impl<H: Handler> Ledger for Service<H> {
 
     async fn declare(
         &self,
-        _: Request<pb::DeclareRequest>,
+        request: Request<pb::DeclareRequest>,
     ) -> Result<Response<pb::DeclareResponse>, Status> {
-        Err(unimplemented())
+        self.0
+            .declare(request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn heartbeat(

@@ -6,6 +6,9 @@
 //! hash that is not 32 bytes are a [`WireError`] naming the field, which the node answers
 //! with INVALID_ARGUMENT. The contents (key syntax, sizes, empty strings) are not judged
 //! here: the core's `apply` refuses bad contents itself, identically on every replica.
+//! Grants are the exception: a client acts on one with no core to judge it, so a grant
+//! without its provider key or grant time, or whose lease does not end after it was
+//! granted, is a [`WireError`] too.
 //!
 //! - [`values`]: keys, tools, authorities, declarations, enums, observations, reports,
 //!   decisions.
@@ -56,6 +59,15 @@ pub enum WireError {
         /// The length the contract requires.
         expected: usize,
     },
+    /// A field holds a value the contract rules out (a grant's lease that ends before it
+    /// was granted).
+    #[error("{field} is invalid: {reason}")]
+    Invalid {
+        /// The field's path in the message.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl WireError {
@@ -65,7 +77,8 @@ impl WireError {
         match self {
             WireError::Missing(field)
             | WireError::BadEnum { field, .. }
-            | WireError::BadLength { field, .. } => field,
+            | WireError::BadLength { field, .. }
+            | WireError::Invalid { field, .. } => field,
         }
     }
 
@@ -93,6 +106,10 @@ impl WireError {
                 field: join(field),
                 len,
                 expected,
+            },
+            WireError::Invalid { field, reason } => WireError::Invalid {
+                field: join(field),
+                reason,
             },
         }
     }

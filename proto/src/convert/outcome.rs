@@ -44,16 +44,38 @@ impl From<Grant> for pb::Grant {
     }
 }
 
-impl From<pb::Grant> for Grant {
-    fn from(g: pb::Grant) -> Self {
-        Grant {
+/// A grant is acted on as it reads, with no core to judge it: the holder sends its
+/// provider key and fences its dispatch by its lease. So the provider key and the grant
+/// time are required (empty or zero is how a sender that left them out reads), and the
+/// lease must end after it was granted; a lease end without a grant time would read as a
+/// lease of decades.
+impl TryFrom<pb::Grant> for Grant {
+    type Error = WireError;
+
+    fn try_from(g: pb::Grant) -> Result<Self, WireError> {
+        if g.provider_key.is_empty() {
+            return Err(WireError::Missing("provider_key".into()));
+        }
+        if g.granted_at_ms == 0 {
+            return Err(WireError::Missing("granted_at_ms".into()));
+        }
+        if g.lease_until_ms <= g.granted_at_ms {
+            return Err(WireError::Invalid {
+                field: "lease_until_ms".into(),
+                reason: format!(
+                    "{} is not after granted_at_ms {}",
+                    g.lease_until_ms, g.granted_at_ms
+                ),
+            });
+        }
+        Ok(Grant {
             attempt_id: g.attempt_id,
             fencing_token: g.fencing_token,
             granted_at_ms: g.granted_at_ms,
             lease_until_ms: g.lease_until_ms,
             provider_key: g.provider_key,
             horizon_deadline_ms: g.horizon_deadline_ms,
-        }
+        })
     }
 }
 
@@ -150,7 +172,7 @@ impl From<ClaimOutcome> for pb::ClaimResponse {
     }
 }
 
-/// The `outcome` oneof is required.
+/// The `outcome` oneof is required, and a grant must be whole (see `Grant`'s conversion).
 impl TryFrom<pb::ClaimResponse> for ClaimOutcome {
     type Error = WireError;
 
@@ -158,7 +180,7 @@ impl TryFrom<pb::ClaimResponse> for ClaimOutcome {
         use pb::claim_response::Outcome as W;
         Ok(match r.outcome {
             None => return Err(WireError::Missing("outcome".into())),
-            Some(W::Proceed(grant)) => ClaimOutcome::Proceed(grant.into()),
+            Some(W::Proceed(grant)) => ClaimOutcome::Proceed(within(grant, "proceed")?),
             Some(W::Replay(r)) => ClaimOutcome::Replay { receipt: r.receipt },
             Some(W::InFlight(f)) => ClaimOutcome::InFlight {
                 holder: f.holder,
@@ -197,7 +219,7 @@ impl From<ReconcileOutcome> for pb::BeginReconcileResponse {
     }
 }
 
-/// The `outcome` oneof is required.
+/// The `outcome` oneof is required, and a grant must be whole (see `Grant`'s conversion).
 impl TryFrom<pb::BeginReconcileResponse> for ReconcileOutcome {
     type Error = WireError;
 
@@ -205,7 +227,7 @@ impl TryFrom<pb::BeginReconcileResponse> for ReconcileOutcome {
         use pb::begin_reconcile_response::Outcome as W;
         Ok(match r.outcome {
             None => return Err(WireError::Missing("outcome".into())),
-            Some(W::Observe(grant)) => ReconcileOutcome::Observe(grant.into()),
+            Some(W::Observe(grant)) => ReconcileOutcome::Observe(within(grant, "observe")?),
             Some(W::Replay(r)) => ReconcileOutcome::Replay { receipt: r.receipt },
             Some(W::InFlight(f)) => ReconcileOutcome::InFlight {
                 holder: f.holder,

@@ -74,6 +74,36 @@ fn every_refusal_survives_the_headers() {
     }
 }
 
+/// A conflict between two intents with many members names as many as fit in a few KiB,
+/// then how many more differ; a small one is sent whole (`every_refusal_survives_...`).
+#[test]
+fn a_conflict_naming_many_members_is_sent_bounded() {
+    let names: Vec<String> = (0..5_000).map(|i| format!("member_{i:05}")).collect();
+    let refusal = Refusal::Conflict(ledger_core::IntentConflict {
+        stored_hash: ledger_core::IntentHash([1; 32]),
+        offered_hash: ledger_core::IntentHash([2; 32]),
+        differing_fields: names.clone(),
+    });
+    let mut headers = HeaderMap::new();
+    refusal_to_status(&refusal)
+        .add_header(&mut headers)
+        .expect("status encodes as headers");
+    let header_bytes: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    assert!(header_bytes < 8 << 10, "{header_bytes} bytes of headers");
+    let status = Status::from_header_map(&headers).expect("headers hold a status");
+    assert_eq!(status.code(), Code::Aborted);
+    let Some(Refusal::Conflict(sent)) = status_to_refusal(&status) else {
+        panic!("no conflict in {status:?}");
+    };
+    let (last, named) = sent.differing_fields.split_last().expect("some names");
+    assert!(named.len() > 100, "{} names", named.len());
+    assert_eq!(named, &names[..named.len()]);
+    assert_eq!(last, &format!("({} more)", names.len() - named.len()));
+}
+
 #[test]
 fn refusal_metadata_is_the_documented_json() {
     let refusal = Refusal::StaleToken {

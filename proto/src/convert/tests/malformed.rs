@@ -165,6 +165,55 @@ fn malformed_claim_responses_are_refused() {
     );
 }
 
+/// A change to a grant on the wire.
+type GrantEdit = fn(&mut pb::Grant);
+
+/// A grant is acted on as it reads: without its provider key or grant time, or with a
+/// lease that does not end after it was granted (which a client would read as a lease of
+/// decades, or none), it is refused, in a claim's answer and in a reconciliation's.
+#[test]
+fn grants_without_what_their_holder_acts_on_are_refused() {
+    use pb::begin_reconcile_response::Outcome as R;
+    use pb::claim_response::Outcome as W;
+    let edited = |edit: GrantEdit| {
+        let mut grant = pb::Grant::from(grant());
+        edit(&mut grant);
+        grant
+    };
+    let invalid = |until: u64, at: u64| WireError::Invalid {
+        field: "lease_until_ms".into(),
+        reason: format!("{until} is not after granted_at_ms {at}"),
+    };
+    let cases: Vec<(GrantEdit, WireError)> = vec![
+        (|g| g.provider_key.clear(), missing("provider_key")),
+        (|g| g.granted_at_ms = 0, missing("granted_at_ms")),
+        (|g| g.lease_until_ms = 0, invalid(0, 60_000)),
+        (
+            |g| g.lease_until_ms = g.granted_at_ms,
+            invalid(60_000, 60_000),
+        ),
+        (|g| g.lease_until_ms = 59_999, invalid(59_999, 60_000)),
+    ];
+    for (edit, expected) in cases {
+        let claim = pb::ClaimResponse {
+            outcome: Some(W::Proceed(edited(edit))),
+        };
+        assert_eq!(
+            ClaimOutcome::try_from(claim),
+            Err(expected.clone().within("proceed"))
+        );
+        let reconcile = pb::BeginReconcileResponse {
+            outcome: Some(R::Observe(edited(edit))),
+        };
+        assert_eq!(
+            ReconcileOutcome::try_from(reconcile),
+            Err(expected.within("observe"))
+        );
+    }
+    let shortest = edited(|g| g.lease_until_ms = g.granted_at_ms + 1);
+    assert!(ledger_core::Grant::try_from(shortest).is_ok());
+}
+
 #[test]
 fn malformed_reconcile_responses_are_refused() {
     use pb::begin_reconcile_response::Outcome as W;
