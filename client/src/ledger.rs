@@ -20,8 +20,8 @@ use tonic::transport::Channel;
 
 use ledger_core::{
     ClaimOutcome, Decision, Declaration, EffectKey, EffectRecord, EffectState, IntentHash,
-    ListQuery, ObservationResult, Outcome, ReconcileOutcome, Refusal, Report, TenantConfig,
-    TenantSettings, ToolName, ToolPolicy,
+    ListPage, ListQuery, ObservationResult, Outcome, ReconcileOutcome, Refusal, Report,
+    TenantConfig, TenantSettings, ToolName, ToolPolicy,
 };
 use ledger_proto::pb::admin_client::AdminClient;
 use ledger_proto::pb::batch_item::Command as Item;
@@ -368,8 +368,13 @@ impl LedgerClient {
         }
     }
 
-    /// A page of records, read linearizably.
-    pub async fn list(&self, query: ListQuery) -> Result<Vec<EffectRecord>, ClientError> {
+    /// A page of records, read linearizably, and where the listing goes on: ask again
+    /// with `after` set to [`ListPage::continue_after`] until it is `None`. A page may hold
+    /// fewer records than the limit, even none, and still not be the last, when a filter
+    /// few records match made the node stop reading for it. (From a node that predates
+    /// `continue_after`, a full page goes on after its last record.)
+    pub async fn list(&self, query: ListQuery) -> Result<ListPage, ClientError> {
+        let limit = query.limit;
         let message = pb::ListRequest::from(query);
         let t = &self.transport;
         let response = t
@@ -378,12 +383,13 @@ impl LedgerClient {
                 async move { Self::grpc(ch).list(request).await }
             })
             .await?;
-        response
-            .into_inner()
-            .records
-            .into_iter()
-            .map(|r| EffectRecord::try_from(r).map_err(malformed))
-            .collect()
+        let answer = response.into_inner();
+        let sent_where_to_go_on = answer.continue_after.is_some();
+        let mut page = ListPage::try_from(answer).map_err(malformed)?;
+        if !sent_where_to_go_on && page.records.len() >= limit {
+            page.continue_after = page.records.last().map(|r| r.key.clone());
+        }
+        Ok(page)
     }
 
     /// Follows the records `filter` selects as a node applies changes to them (see

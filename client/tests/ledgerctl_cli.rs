@@ -11,8 +11,10 @@ use std::process::{Command, Output};
 
 use common::{Ledger, OPERATOR_KEY, POLICIES, TENANT, TENANT_KEY};
 use ledger_client::LedgerClient;
+use ledger_core::limits::LIST_PAGE_VISITS_MAX;
 use ledger_core::{
-    Authority, ClaimOutcome, Declaration, EffectKey, EffectRecord, EffectState, Report, ToolRef,
+    Authority, ClaimOutcome, Declaration, EffectKey, EffectRecord, EffectState, ListQuery, Report,
+    ToolRef,
 };
 
 /// Runs `ledgerctl` with `args`, with no endpoint or key from the environment.
@@ -400,6 +402,92 @@ async fn export_prints_one_json_line_per_record_across_pages() {
     assert_owner_only(&file);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A filter that few of a tenant's many records match: the node reads a bounded number of
+/// entries per page and says where to go on (an early page may hold no record at all),
+/// and `list` follows such pages until it has something to show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_few_records_match_is_read_in_bounded_pages() {
+    const SLOTS: u32 = 1_000;
+    let ledger = Ledger::start().await;
+    let client = ledger.client(TENANT_KEY);
+    // The one old record sorts after every newer one.
+    let old = committed(&client, "zz-old").await;
+    let old_at = client
+        .get(old.clone())
+        .await
+        .expect("get")
+        .expect("record")
+        .updated_at_ms;
+    // Ledger time follows the leader's clock: the records declared next are newer.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let groups = (LIST_PAGE_VISITS_MAX as u32).div_ceil(SLOTS) + 1;
+    for group in 0..groups {
+        let d = declaration("pay/refund", &format!("aa-{group}"), "wf-many");
+        client
+            .declare(&format!("declare-aa-{group}"), d, SLOTS)
+            .await
+            .expect("declare");
+    }
+    let query = ListQuery {
+        tenant: TENANT.into(),
+        escalated: false,
+        state: None,
+        workflow_id: None,
+        updated_at_or_before_ms: Some(old_at),
+        after: None,
+        limit: 10,
+    };
+    let first = client.list(query.clone()).await.expect("list");
+    assert!(first.records.is_empty(), "{:?}", first.records);
+    // A caller that does not say it reads continue_after would take that empty page for
+    // the last: it is refused instead.
+    let mut raw = ledger_proto::pb::ledger_client::LedgerClient::new(client.transport().channel(0));
+    let mut unaware = ledger_proto::pb::ListRequest::from(query.clone());
+    unaware.follows_continue_after = false;
+    let refused = raw
+        .list(client.transport().request(unaware))
+        .await
+        .expect_err("a page it would misread");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("continue_after"), "{refused:?}");
+    let mut q = query;
+    q.after = Some(first.continue_after.expect("the listing goes on"));
+    let mut found = Vec::new();
+    let mut pages = 1;
+    loop {
+        let page = client.list(q.clone()).await.expect("list");
+        pages += 1;
+        found.extend(page.records.into_iter().map(|r| r.key));
+        match page.continue_after {
+            Some(next) => q.after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(found, vec![old.clone()]);
+    let records = (groups * SLOTS) as usize + 1;
+    assert!(pages >= records / LIST_PAGE_VISITS_MAX, "{pages} pages");
+
+    let at = old_at.to_string();
+    let args = [
+        "--output",
+        "json",
+        "list",
+        "--tenant",
+        TENANT,
+        "--updated-before-ms",
+        &at,
+        "--limit",
+        "10",
+    ];
+    let (listed_keys, next) = listed(&succeeded(&ledgerctl(&ledger, TENANT_KEY, &args).await));
+    assert_eq!(listed_keys, vec![old.to_string()]);
+    assert_eq!(next, None);
 }
 
 /// Records large enough that a page of the default 1,000 is a larger answer than the

@@ -28,7 +28,7 @@ use crate::tenants::TenantMemo;
 use crate::tombstone::Tombstone;
 use crate::usage::{record_bytes, Usage};
 
-pub use crate::query::{Escalations, ListQuery};
+pub use crate::query::{Escalations, ListPage, ListQuery};
 
 /// A remembered command: its fingerprint, first outcome and when it may be forgotten.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

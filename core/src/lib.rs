@@ -57,7 +57,7 @@ pub mod usage;
 pub use command::{Caller, Command, CommandBody, Declaration, Report};
 pub use intent::{canonicalize, CanonicalIntent, IntentHash};
 pub use key::EffectKey;
-pub use ledger::{Escalations, Ledger, ListQuery};
+pub use ledger::{Escalations, Ledger, ListPage, ListQuery};
 pub use outcome::{
     ClaimOutcome, Grant, IntentConflict, Outcome, Quota, ReconcileOutcome, Refusal, Unsettled,
 };

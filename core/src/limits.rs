@@ -56,6 +56,11 @@ pub const LEASE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// stays small however much is due. (A declaration's slots are collected together, so a
 /// collection may exceed its limit by up to [`SLOTS_MAX`] - 1 records.)
 pub const SWEEP_LIMIT_MAX: u32 = 10_000;
+/// Most entries one page of a listing visits ([`crate::Ledger::list_page`] as nodes serve
+/// it): a filter that few of a tenant's records match ends its page early, with where to
+/// go on, instead of reading every record while applies wait. Above the largest page
+/// (1,000 records), so a page whose entries all match is never cut short.
+pub const LIST_PAGE_VISITS_MAX: usize = 2_048;
 
 /// `text` as a proof, reason or observation detail the ledger accepts: whole when it fits
 /// [`DETAIL_BYTES_MAX`], else its start (cut on a character boundary) and its length. A

@@ -45,9 +45,27 @@ pub struct Escalations {
     pub oldest_at_ms: Option<u64>,
 }
 
+/// A page of records and where the listing goes on.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ListPage {
+    /// The records found, in key order.
+    pub records: Vec<EffectRecord>,
+    /// Set when the listing may go on: the key to ask again `after`. The page ended at its
+    /// limit, or it visited as many entries as one page may without finding that many
+    /// records (a filter few records match); `None` once the walk reached the end.
+    pub continue_after: Option<EffectKey>,
+}
+
 impl<S: Store> Ledger<S> {
-    /// A page of records matching `query`, in key order.
+    /// A page of records matching `query`, in key order, walking as far as it takes.
     pub fn list(&self, query: &ListQuery) -> Vec<EffectRecord> {
+        self.list_page(query, usize::MAX).records
+    }
+
+    /// A page of records matching `query`, in key order, having visited at most `visits`
+    /// entries of the table it walks (at least one), so that a filter few records match
+    /// costs a bounded read per page however many records the tenant keeps.
+    pub fn list_page(&self, query: &ListQuery, visits: usize) -> ListPage {
         let keep = |rec: &EffectRecord| {
             (!query.escalated || rec.escalation.is_some())
                 && query.state.is_none_or(|s| rec.state == s)
@@ -92,28 +110,37 @@ impl<S: Store> Ledger<S> {
         };
         let mut to = prefix;
         to.push(0xFF);
-        let mut out = Vec::new();
+        let mut page = ListPage::default();
         if query.limit == 0 {
-            return out;
+            return page;
         }
+        let mut visited = 0;
+        let mut last_visited = None;
+        let mut stopped = false;
         self.store.walk(table, from, Some(&to), |entry, value| {
+            visited += 1;
+            let key = entry.get(key_prefix.len()..).and_then(keycode::read_key);
             let rec = if table == Table::Records {
                 decode_value::<EffectRecord>(value).or_else(|| {
                     self.store.corrupt(table, entry, "effect record");
                     None
                 })
             } else {
-                entry
-                    .get(key_prefix.len()..)
-                    .and_then(keycode::read_key)
-                    .and_then(|key| self.get(&key))
+                key.as_ref().and_then(|key| self.get(key))
             };
-            if let Some(rec) = rec.filter(keep) {
-                out.push(rec);
+            if key.is_some() {
+                last_visited = key;
             }
-            out.len() < query.limit
+            if let Some(rec) = rec.filter(keep) {
+                page.records.push(rec);
+            }
+            stopped = page.records.len() >= query.limit || visited >= visits;
+            !stopped
         });
-        out
+        if stopped {
+            page.continue_after = last_visited;
+        }
+        page
     }
 
     /// How many records are in each state.

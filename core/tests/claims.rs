@@ -803,3 +803,97 @@ fn list_pages_by_state_and_workflow() {
     };
     assert!(h.ledger.list(&other_tenant).is_empty());
 }
+
+#[test]
+fn a_page_visits_a_bounded_number_of_entries_and_says_where_to_go_on() {
+    let mut h = Harness::new();
+    // Twenty effects, a few of them stuck unknown; the state filter walks the state index,
+    // the time filter every record.
+    let stuck = [3, 11, 12, 19];
+    for i in 0..20 {
+        let d = ticket(&format!("t-{i:02}"));
+        let g = h.proceed(&d);
+        if stuck.contains(&i) {
+            h.unknown(&d, g.fencing_token);
+        } else {
+            h.commit(&d, g.fencing_token, "done");
+        }
+        h.advance(10);
+    }
+    let by_state = ListQuery {
+        tenant: TENANT.into(),
+        escalated: false,
+        state: Some(EffectState::UnknownAfterDispatch),
+        workflow_id: None,
+        updated_at_or_before_ms: None,
+        after: None,
+        limit: 3,
+    };
+    let by_time = ListQuery {
+        state: None,
+        updated_at_or_before_ms: Some(h.record(&ticket("t-05")).updated_at_ms),
+        ..by_state.clone()
+    };
+    for (query, visits) in [
+        (&by_state, 2),
+        (&by_state, 1_000),
+        (&by_time, 4),
+        (&by_time, 1),
+    ] {
+        let whole: Vec<EffectKey> = h.ledger.list(query).iter().map(|r| r.key.clone()).collect();
+        let mut pages = Vec::new();
+        let mut paged = Vec::new();
+        let mut q = query.clone();
+        loop {
+            let page = h.ledger.list_page(&q, visits);
+            assert!(page.records.len() <= visits.min(q.limit), "{page:?}");
+            paged.extend(page.records.iter().map(|r| r.key.clone()));
+            pages.push(page.records.len());
+            match page.continue_after {
+                Some(next) => {
+                    // Where it goes on is past everything it returned.
+                    assert!(page.records.iter().all(|r| r.key <= next));
+                    q.after = Some(next);
+                }
+                None => break,
+            }
+            assert!(pages.len() <= 40, "the pages do not end: {pages:?}");
+        }
+        // Pages read one after the other give the records of one unbounded walk, limited
+        // to the query's limit each.
+        let mut expected = Vec::new();
+        let mut q = query.clone();
+        loop {
+            let page = h.ledger.list(&q);
+            expected.extend(page.iter().map(|r| r.key.clone()));
+            match page.last() {
+                Some(last) if page.len() >= q.limit => q.after = Some(last.key.clone()),
+                _ => break,
+            }
+        }
+        assert_eq!(paged, expected, "visits {visits}, pages {pages:?}");
+        assert!(whole.iter().all(|k| paged.contains(k)));
+        if visits < query.limit {
+            // A filter few entries match ends pages early, some of them empty.
+            assert!(pages.contains(&0), "visits {visits}, pages {pages:?}");
+        }
+    }
+    let stuck_keys: Vec<String> = stuck.iter().map(|i| format!("t-{i:02}")).collect();
+    let mut q = by_state.clone();
+    q.limit = 10;
+    let all = h.ledger.list_page(&q, 1_000);
+    assert_eq!(
+        all.records
+            .iter()
+            .map(|r| r.key.key.clone())
+            .collect::<Vec<_>>(),
+        stuck_keys
+    );
+    assert_eq!(all.continue_after, None, "the walk reached the end");
+    q.limit = 4;
+    let full = h.ledger.list_page(&q, 1_000);
+    assert_eq!(full.continue_after, Some(full.records[3].key.clone()));
+    let mut q = by_state;
+    q.tenant = OTHER_TENANT.into();
+    assert_eq!(h.ledger.list_page(&q, 1), ListPage::default());
+}

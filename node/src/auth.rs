@@ -60,3 +60,25 @@ impl Authenticator {
         }
     }
 }
+
+/// Refuses a call without a known API key on the request's headers, before its body is
+/// read: a caller without a key cannot make the node buffer a message of up to the
+/// ledger service's limit first. (Each call authenticates again, for its caller.)
+#[derive(Clone)]
+pub struct KeyCheck(Authenticator);
+
+impl KeyCheck {
+    /// The check of the keys `auth` holds at each call.
+    pub fn new(auth: Authenticator) -> Self {
+        KeyCheck(auth)
+    }
+}
+
+impl tonic::service::Interceptor for KeyCheck {
+    fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        match self.0.caller(&request) {
+            Ok(_) => Ok(request),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

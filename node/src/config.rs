@@ -396,6 +396,28 @@ pub struct NodeConfig {
     /// dispatches only in the first two thirds of a lease: a third of the shortest lease).
     #[serde(default = "default_clock_skew_ms_max")]
     pub clock_skew_ms_max: u64,
+    /// Connections the node serves at once, from clients and peers alike; the next is
+    /// accepted when one closes (the kernel's backlog holds it meanwhile). A connection
+    /// must send its first bytes within 10 s of its acceptance. Keeps a flood of
+    /// connections from taking the file descriptors RocksDB and the peers need: keep it
+    /// well under the process's descriptor limit, and above the number of client
+    /// processes (each keeps a connection to each node it calls) plus the peers.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+}
+
+/// Default of [`NodeConfig::connections_max`]: a quarter of the descriptors the shipped
+/// systemd unit allows (`LimitNOFILE=65536`), leaving the rest to RocksDB and the peers.
+/// Whoever reaches the port can still hold that many connections open (a slot is taken
+/// before anyone is authenticated), keeping new ones waiting; keep the port reachable
+/// by clients and peers only.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 16_384;
+
+/// Largest accepted [`NodeConfig::connections_max`].
+pub const CONNECTIONS_LIMIT: usize = 1 << 20;
+
+fn default_connections_max() -> usize {
+    CONNECTIONS_MAX_DEFAULT
 }
 
 /// Default of [`NodeConfig::clock_skew_ms_max`]: far above what NTP keeps servers to,
@@ -423,8 +445,11 @@ pub const ADMITTED_BYTES_LIMIT: usize = u32::MAX as usize;
 /// a moment of overload into a minute of idle callers.
 pub const OVERLOADED_RETRY_AFTER_MS_LIMIT: u64 = 10_000;
 
-/// Largest accepted [`ProposerSettings::request_timeout_ms`] (ten minutes).
-pub const REQUEST_TIMEOUT_MS_LIMIT: u64 = 600_000;
+/// Largest accepted [`ProposerSettings::request_timeout_ms`]: a second under how long a
+/// follower waits for the leader to answer a forwarded call
+/// ([`crate::forwarder::FORWARD_TIMEOUT_MS`]), so that the leader's answer, a timeout
+/// included, reaches the follower's callers instead of the follower giving up first.
+pub const REQUEST_TIMEOUT_MS_LIMIT: u64 = crate::forwarder::FORWARD_TIMEOUT_MS - 1_000;
 
 /// Largest accepted [`SweeperSettings::interval_ms`] (an hour): leases must expire and
 /// records be collected on some schedule.
@@ -602,6 +627,11 @@ impl NodeConfig {
         if self.clock_skew_ms_max > CLOCK_SKEW_MS_MAX_LIMIT {
             return invalid(format!(
                 "clock_skew_ms_max must be at most {CLOCK_SKEW_MS_MAX_LIMIT}"
+            ));
+        }
+        if self.connections_max == 0 || self.connections_max > CONNECTIONS_LIMIT {
+            return invalid(format!(
+                "connections_max must be in 1..={CONNECTIONS_LIMIT}"
             ));
         }
         let rocksdb = &self.rocksdb;

@@ -274,13 +274,23 @@ impl pb::ledger_server::Ledger for LedgerService {
         request: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let caller = self.auth.caller(&request)?;
-        let query = ledger_core::ListQuery::try_from(request.into_inner())?;
+        let request = request.into_inner();
+        let follows_continue_after = request.follows_continue_after;
+        let query = ledger_core::ListQuery::try_from(request)?;
         Self::check_reader(&caller, &query.tenant)?;
-        match self.node.read(ReadRequest::list(query)).await? {
-            ReadResponse::Records(records) => Ok(Response::new(pb::ListResponse {
-                records: records.into_iter().map(Into::into).collect(),
-            })),
-            other => Err(NodeError::Internal(format!("unexpected read answer {other:?}")).into()),
+        let limit = query.limit;
+        let page = self.node.list(query).await?;
+        if !follows_continue_after && page.continue_after.is_some() && page.records.len() < limit {
+            // It would take this page for the last and miss the records after it.
+            return Err(Status::failed_precondition(format!(
+                "the filter matched {} of the {} records read for this page of {limit}; \
+                 a client that reads continue_after pages through such a listing (ledgerctl \
+                 and the client library of this version), or narrow the filter to a state, a \
+                 workflow or escalations alone",
+                page.records.len(),
+                ledger_core::limits::LIST_PAGE_VISITS_MAX,
+            )));
         }
+        Ok(Response::new(page.into()))
     }
 }

@@ -27,7 +27,8 @@
 //! - [`auth`]: API keys to callers; [`credentials`]: the cluster secret and the keys'
 //!   digests, compared in constant time; [`security`]: those and the TLS material in
 //!   one handle, reloaded at SIGHUP; `tls` (real network only): the listener's TLS, with
-//!   client certificates, and TLS towards peers. [`error`]: failures and their gRPC
+//!   client certificates, and TLS towards peers; `connections` (real network only): how
+//!   many connections the port serves at once, and none that stays silent. [`error`]: failures and their gRPC
 //!   statuses.
 //! - [`metrics`]: the names of what a node measures (stage times of a command, calls by
 //!   result, outcomes and refusals, sweeps); [`gauges`]: its Raft and ledger state,
@@ -42,6 +43,8 @@ pub mod auth;
 mod cert_dates;
 pub mod clock;
 pub mod config;
+#[cfg(not(madsim))]
+pub mod connections;
 pub mod credentials;
 pub mod error;
 pub mod forwarder;
@@ -68,11 +71,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::SnapshotPolicy;
-#[cfg(not(madsim))]
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
-use ledger_proto::pb;
 use ledger_raft_store::{DiskRef, Raft};
 
 pub use clock::{Clock, ClockRef, SystemClock};
@@ -274,19 +274,21 @@ async fn serve_with(
         .http2_max_pending_accept_reset_streams(Some(PENDING_RESETS_PER_CONNECTION_MAX))
         .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
         .tcp_nodelay(true)
-        .add_service(pb::ledger_server::LedgerServer::new(
+        .add_service(checked::ledger(
             ledger_service::LedgerService::new(node.clone(), auth.clone(), stopped_signal.clone()),
+            &auth,
         ))
-        .add_service(pb::admin_server::AdminServer::new(
-            admin_service::AdminService::new(node.clone(), auth),
+        .add_service(checked::admin(
+            admin_service::AdminService::new(node.clone(), auth.clone()),
+            &auth,
         ))
         .add_service(ledger_proto::health::health_server::HealthServer::new(
             health::HealthService::new(node.clone()),
         ))
-        .add_service(ledger_proto::raft_server(raft_service::RaftService::new(
-            node.clone(),
-            stopped_signal,
-        )));
+        .add_service(checked::raft(
+            raft_service::RaftService::new(node.clone(), stopped_signal),
+            &node.security,
+        ));
     let shutdown = async move {
         shutdown.await;
         let _ = stopping.send(true);
@@ -296,6 +298,7 @@ async fn serve_with(
         &node.security,
         config.listen_addr,
         listener,
+        config.connections_max,
         shutdown,
     )
     .await;
@@ -316,6 +319,7 @@ async fn listen(
     security: &security::Security,
     addr: std::net::SocketAddr,
     bound: Option<std::net::TcpListener>,
+    connections_max: usize,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     #[cfg(not(madsim))]
@@ -329,16 +333,17 @@ async fn listen(
                 .await
                 .map_err(|e| RunError::Server(format!("bind {addr}: {e}")))?,
         };
+        let slots = connections::Slots::new(connections_max);
+        let silence = connections::SILENCE_TIMEOUT;
         let served = match security.tls() {
             Some(tls) => {
-                let incoming = tls::incoming(listener, tls.clone());
+                let incoming = tls::incoming(listener, tls.clone(), slots, silence);
                 router
                     .serve_with_incoming_shutdown(incoming, shutdown)
                     .await
             }
             None => {
-                // Set here: the router's `tcp_nodelay` covers only listeners it binds.
-                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                let incoming = connections::incoming(listener, slots, silence);
                 router
                     .serve_with_incoming_shutdown(incoming, shutdown)
                     .await
@@ -353,10 +358,61 @@ async fn listen(
                 "the simulated network takes no bound listener".into(),
             ));
         }
-        let _ = security;
+        let _ = (security, connections_max);
         router
             .serve_with_shutdown(addr, shutdown)
             .await
             .map_err(|e| RunError::Server(e.to_string()))
+    }
+}
+
+/// The services a node serves, each behind a check of its caller's credentials on the
+/// request's headers, made before the request's body is read (`auth::KeyCheck`,
+/// `raft_service::PeerCheck`); each call checks again for itself.
+mod checked {
+    use ledger_proto::pb;
+
+    use crate::admin_service::AdminService;
+    use crate::auth::{Authenticator, KeyCheck};
+    use crate::ledger_service::LedgerService;
+    use crate::raft_service::{PeerCheck, RaftService};
+    use crate::security::Security;
+
+    #[cfg(not(madsim))]
+    type Checked<S, F> = tonic::service::interceptor::InterceptedService<S, F>;
+    #[cfg(not(madsim))]
+    type Ledger = Checked<pb::ledger_server::LedgerServer<LedgerService>, KeyCheck>;
+    #[cfg(not(madsim))]
+    type Admin = Checked<pb::admin_server::AdminServer<AdminService>, KeyCheck>;
+    #[cfg(not(madsim))]
+    type Raft = Checked<pb::raft_server::RaftServer<RaftService>, PeerCheck>;
+    // The simulated transport's servers take the interceptor themselves.
+    #[cfg(madsim)]
+    type Ledger = pb::ledger_server::LedgerServer<LedgerService, KeyCheck>;
+    #[cfg(madsim)]
+    type Admin = pb::admin_server::AdminServer<AdminService, KeyCheck>;
+    #[cfg(madsim)]
+    type Raft = pb::raft_server::RaftServer<RaftService, PeerCheck>;
+
+    pub fn ledger(service: LedgerService, auth: &Authenticator) -> Ledger {
+        pb::ledger_server::LedgerServer::with_interceptor(service, KeyCheck::new(auth.clone()))
+    }
+
+    pub fn admin(service: AdminService, auth: &Authenticator) -> Admin {
+        pb::admin_server::AdminServer::with_interceptor(service, KeyCheck::new(auth.clone()))
+    }
+
+    #[cfg(not(madsim))]
+    pub fn raft(service: RaftService, security: &Security) -> Raft {
+        Checked::new(
+            ledger_proto::raft_server(service),
+            PeerCheck::new(security.clone()),
+        )
+    }
+
+    /// (The simulated transport has no message limits to set.)
+    #[cfg(madsim)]
+    pub fn raft(service: RaftService, security: &Security) -> Raft {
+        pb::raft_server::RaftServer::with_interceptor(service, PeerCheck::new(security.clone()))
     }
 }

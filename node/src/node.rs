@@ -28,7 +28,8 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::ReadPolicy;
 use tonic::transport::Channel;
 
-use ledger_core::{Command, Outcome};
+use ledger_core::limits::LIST_PAGE_VISITS_MAX;
+use ledger_core::{Command, ListPage, ListQuery, Outcome};
 use ledger_raft_store::{DiskRef, LedgerReader, Raft};
 
 use crate::admission::Admission;
@@ -36,6 +37,7 @@ use crate::error::NodeError;
 use crate::forwarder::{unexpected, Forwarder, Route};
 use crate::ledger_time::{LedgerTime, PeerAnswer};
 use crate::proposer::{check_size, encoded_bytes, Proposer};
+use crate::raft_service::UNDECODABLE;
 use crate::security::Security;
 use crate::wire::{ForwardFailure, ForwardRequest, ForwardResponse, ReadRequest, ReadResponse};
 
@@ -133,6 +135,37 @@ impl LedgerNode {
         Err(last)
     }
 
+    /// A page of records, read at the leader, which visits at most
+    /// [`LIST_PAGE_VISITS_MAX`] entries for it. A leader of an earlier version cannot read
+    /// that form; it is then asked in one it reads, and its page, which ends only at the
+    /// limit, goes on after its last record when full.
+    pub async fn list(&self, query: ListQuery) -> Result<ListPage, NodeError> {
+        let answer = match self.read(ReadRequest::ListPage(query.clone())).await {
+            Err(NodeError::Unavailable(m)) if m.contains(UNDECODABLE) => {
+                let limit = query.limit;
+                match self.read(ReadRequest::list_before_pages(query)).await? {
+                    ReadResponse::Records(records) => {
+                        let continue_after = (records.len() >= limit)
+                            .then(|| records.last().map(|r| r.key.clone()))
+                            .flatten();
+                        return Ok(ListPage {
+                            records,
+                            continue_after,
+                        });
+                    }
+                    other => other,
+                }
+            }
+            answer => answer?,
+        };
+        match answer {
+            ReadResponse::Page(page) => Ok(page),
+            other => Err(NodeError::Internal(format!(
+                "unexpected read answer {other:?}"
+            ))),
+        }
+    }
+
     /// Proposes `command` on this node only; fails with `NotLeader` on a follower. For the
     /// leader's own housekeeping (sweeps), which must never be forwarded.
     pub async fn propose_local(&self, command: Command) -> Result<Outcome, NodeError> {
@@ -203,6 +236,10 @@ impl LedgerNode {
                     })
             };
             match result {
+                // The leader cannot read this form; asking again will not change that.
+                Err(NodeError::Unavailable(m)) if m.contains(UNDECODABLE) => {
+                    return Err(NodeError::Unavailable(m))
+                }
                 Err(e @ (NodeError::NotLeader(_) | NodeError::Unavailable(_))) => last = e,
                 other => return other,
             }
@@ -269,6 +306,9 @@ impl LedgerNode {
                     ReadResponse::Records(ledger.list(&query.clone().into()))
                 }
                 ReadRequest::ListV2(query) => ReadResponse::Records(ledger.list(query)),
+                ReadRequest::ListPage(query) => {
+                    ReadResponse::Page(ledger.list_page(query, LIST_PAGE_VISITS_MAX))
+                }
                 ReadRequest::Tenant(t) => ReadResponse::Tenant(ledger.tenant(t)),
             })
             .map_err(|e| NodeError::Unavailable(format!("ledger state unreadable: {e}")))

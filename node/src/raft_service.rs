@@ -27,6 +27,7 @@ use crate::locked;
 use crate::metrics::{Stopwatch, APPEND_SERVED_SECONDS};
 use crate::network::CLUSTER_SECRET_HEADER;
 use crate::node::LedgerNode;
+use crate::security::Security;
 use crate::wire::{self, ForwardRequest};
 
 type C = TypeConfig;
@@ -50,20 +51,44 @@ impl RaftService {
     }
 
     fn check<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        #[cfg(not(madsim))]
-        if self.node.security.tls_enabled()
-            && request.peer_certs().is_none_or(|chain| chain.is_empty())
-        {
-            return Err(Status::unauthenticated(
-                "internal service: TLS is on and this connection presented no client \
-                 certificate; only cluster nodes, with a certificate signed by the client \
-                 CA (tls.client_ca_file), may call it",
-            ));
-        }
-        match offered_secret(request) {
-            Some(offered) if self.node.security.credentials().is_cluster_secret(offered) => Ok(()),
-            _ => Err(wrong_secret()),
-        }
+        check_peer(&self.node.security, request)
+    }
+}
+
+/// Whether `request` comes from a cluster node: it offers the cluster secret and, with
+/// TLS on, came over a connection that presented a client certificate.
+fn check_peer<T>(security: &Security, request: &Request<T>) -> Result<(), Status> {
+    #[cfg(not(madsim))]
+    if security.tls_enabled() && request.peer_certs().is_none_or(|chain| chain.is_empty()) {
+        return Err(Status::unauthenticated(
+            "internal service: TLS is on and this connection presented no client \
+             certificate; only cluster nodes, with a certificate signed by the client CA \
+             (tls.client_ca_file), may call it",
+        ));
+    }
+    match offered_secret(request) {
+        Some(offered) if security.credentials().is_cluster_secret(offered) => Ok(()),
+        _ => Err(wrong_secret()),
+    }
+}
+
+/// Refuses a caller of the internal service on the request's headers, before its body is
+/// read: a caller without the cluster secret cannot make the node buffer messages of up to
+/// [`ledger_proto::RAFT_MESSAGE_BYTES_MAX`] first. (Each call checks again, so the
+/// simulated transport, which has no interceptors, is checked all the same.)
+#[derive(Clone)]
+pub struct PeerCheck(Security);
+
+impl PeerCheck {
+    /// The check of the credentials `security` holds at each call.
+    pub fn new(security: Security) -> Self {
+        PeerCheck(security)
+    }
+}
+
+impl tonic::service::Interceptor for PeerCheck {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        check_peer(&self.0, &request).map(|()| request)
     }
 }
 
@@ -79,13 +104,18 @@ fn wrong_secret() -> Status {
     Status::unauthenticated("internal service: missing or wrong cluster secret")
 }
 
+/// How a node says it could not read a message from a peer: a node of an older version
+/// meeting a form it does not know answers this (sent as text, so that nodes of every
+/// version since the first say it alike).
+pub const UNDECODABLE: &str = "undecodable payload";
+
 fn decode<T: DeserializeOwned>(request: Request<pb::RaftMessage>) -> Result<T, Status> {
     decode_message(&request.into_inner())
 }
 
 fn decode_message<T: DeserializeOwned>(message: &pb::RaftMessage) -> Result<T, Status> {
     wire::decode(&message.payload)
-        .map_err(|e| Status::invalid_argument(format!("undecodable payload: {e}")))
+        .map_err(|e| Status::invalid_argument(format!("{UNDECODABLE}: {e}")))
 }
 
 fn reply<T: Serialize>(value: &T) -> Result<Response<pb::RaftMessage>, Status> {

@@ -31,6 +31,7 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::cert_dates;
 use crate::config::TlsSettings;
+use crate::connections::{Limited, Slots};
 
 /// Longest a TLS handshake on the listener may take.
 const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
@@ -286,28 +287,29 @@ fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>,
 }
 
 /// The connections accepted on `listener` that completed a TLS handshake with the
-/// material in force when they arrived. Ends when the stream is dropped.
+/// material in force when they arrived, each in one of `slots` from its acceptance (its
+/// handshake included) and closed if silent for `silence` (see `connections`). Ends when
+/// the stream is dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Arc<NodeTls>,
-) -> impl Stream<Item = Result<TlsStream<TcpStream>, io::Error>> {
+    slots: Slots,
+    silence: Duration,
+) -> impl Stream<Item = Result<TlsStream<Limited<TcpStream>>, io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
                 _ = tx.closed() => return,
-                accepted = listener.accept() => accepted,
+                accepted = slots.accept(&listener) => accepted,
             };
-            let (tcp, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors and the like: wait instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            let Some((tcp, slot)) = accepted else {
+                return;
             };
-            let _ = tcp.set_nodelay(true);
+            let Ok(peer) = tcp.peer_addr() else {
+                continue;
+            };
+            let tcp = Limited::new(tcp, slot, silence);
             let acceptor = tls.acceptor();
             let tx = tx.clone();
             tokio::spawn(async move {

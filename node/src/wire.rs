@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use ledger_core::{
-    Command, EffectKey, EffectRecord, EffectState, ListQuery, Outcome, TenantConfig,
+    Command, EffectKey, EffectRecord, EffectState, ListPage, ListQuery, Outcome, TenantConfig,
 };
 
 use ledger_proto::pb;
@@ -58,15 +58,19 @@ pub enum ReadRequest {
     List(ListQueryV1),
     /// A tenant's configuration.
     Tenant(String),
-    /// A page of records, with every filter.
+    /// A page of records, with every filter: the form nodes of the version before
+    /// [`ReadRequest::ListPage`] send and read.
     ListV2(ListQuery),
+    /// A page of records that visits a bounded number of entries and says where the
+    /// listing goes on; answered with [`ReadResponse::Page`].
+    ListPage(ListQuery),
 }
 
 impl ReadRequest {
-    /// The read of a page of records: in the previous version's form when it needs no
-    /// filter that form lacks, so that a leader of that version can serve it during a
-    /// rolling upgrade.
-    pub fn list(query: ListQuery) -> ReadRequest {
+    /// The read of a page of records in the form leaders before [`ReadRequest::ListPage`]
+    /// read: the oldest form that carries its filters, so that a leader of either earlier
+    /// version can serve it during a rolling upgrade.
+    pub fn list_before_pages(query: ListQuery) -> ReadRequest {
         if query.escalated {
             ReadRequest::ListV2(query)
         } else {
@@ -116,6 +120,8 @@ pub enum ReadResponse {
     Records(Vec<EffectRecord>),
     /// The tenant's configuration, if registered.
     Tenant(Option<TenantConfig>),
+    /// A page of records and where the listing goes on.
+    Page(ListPage),
 }
 
 /// What a follower asks of the leader (and, for ledger time, what any node asks a peer).
@@ -184,4 +190,65 @@ pub enum ForwardFailure {
     /// Proposed and not committed within the leader's request timeout (ms): the leader is
     /// slow; it may still be committed.
     Timeout(u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`ReadRequest`] and [`ForwardRequest`] as nodes before paged lists read them.
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    enum ReadRequestBeforePages {
+        Get(EffectKey),
+        List(ListQueryV1),
+        Tenant(String),
+        ListV2(ListQuery),
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    enum ForwardRequestBeforePages {
+        Commands(Vec<Command>),
+        Read(ReadRequestBeforePages),
+        LedgerTime,
+        Clocks,
+    }
+
+    fn query(escalated: bool) -> ListQuery {
+        ListQuery {
+            tenant: "acme".into(),
+            escalated,
+            state: Some(EffectState::UnknownAfterDispatch),
+            workflow_id: None,
+            updated_at_or_before_ms: Some(7),
+            after: Some(EffectKey::new("acme", "ns", "k")),
+            limit: 10,
+        }
+    }
+
+    /// What `LedgerNode::list` relies on during a rolling upgrade: a leader of the earlier
+    /// version fails to read the paged form (and answers that it could not), and reads the
+    /// form sent instead.
+    #[test]
+    fn a_leader_before_paged_lists_reads_the_form_sent_in_their_place() {
+        for escalated in [false, true] {
+            let paged = encode(&ForwardRequest::Read(ReadRequest::ListPage(query(
+                escalated,
+            ))));
+            assert!(decode::<ForwardRequestBeforePages>(&paged).is_err());
+            let before = ReadRequest::list_before_pages(query(escalated));
+            let sent = encode(&ForwardRequest::Read(before));
+            let read = decode::<ForwardRequestBeforePages>(&sent).expect("the earlier form");
+            let ForwardRequestBeforePages::Read(read) = read else {
+                panic!("read as {read:?}");
+            };
+            let read = match read {
+                ReadRequestBeforePages::List(q) => ListQuery::from(q),
+                ReadRequestBeforePages::ListV2(q) => q,
+                other => panic!("read as {other:?}"),
+            };
+            assert_eq!(read, query(escalated));
+        }
+    }
 }

@@ -34,6 +34,23 @@ fn refund(tenant: &str, key: &str, intent_json: String) -> Declaration {
     }
 }
 
+/// A plain channel to the first node, for calls the client library would not make.
+fn raw_channel(cluster: &ProcessCluster) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.endpoints()[0]))
+        .expect("endpoint")
+        .connect_lazy()
+}
+
+/// The one-node cluster still answers, and still leads.
+async fn assert_still_serves(cluster: &ProcessCluster) {
+    let status = cluster
+        .client(OPERATOR_KEY)
+        .status_with_digest(0)
+        .await
+        .expect("the node still serves");
+    assert_eq!(status.leader_id, Some(1));
+}
+
 async fn claim(
     client: &LedgerClient,
     id: &str,
@@ -338,10 +355,7 @@ async fn a_stale_leaders_snapshot_is_answered_with_the_nodes_vote_unread() {
         ledger_node::network::CLUSTER_SECRET_HEADER,
         SECRET.parse().expect("header"),
     );
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.endpoints()[0]))
-            .expect("endpoint")
-            .connect_lazy();
+    let channel = raw_channel(&cluster);
     let response = pb::raft_client::RaftClient::new(channel)
         .install_snapshot(request)
         .await
@@ -399,10 +413,7 @@ async fn oversized_fields_are_refused_before_they_are_replicated() {
 async fn an_append_stream_needs_the_secret_and_refuses_garbage() {
     let cluster = ProcessCluster::start(1);
     cluster.form().await;
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.endpoints()[0]))
-            .expect("endpoint")
-            .connect_lazy();
+    let channel = raw_channel(&cluster);
     let garbage = || {
         futures::stream::iter([pb::RaftMessage {
             payload: b"\xff\x00 not an AppendEntries request".to_vec(),
@@ -437,10 +448,71 @@ async fn an_append_stream_needs_the_secret_and_refuses_garbage() {
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("undecodable"), "{status:?}");
 
-    let status = cluster
-        .client(OPERATOR_KEY)
-        .status_with_digest(0)
-        .await
-        .expect("the node still serves");
-    assert_eq!(status.leader_id, Some(1));
+    assert_still_serves(&cluster).await;
+}
+
+/// A call sent with a message whose body never comes: a caller without the credentials
+/// the service asks for (an API key, the cluster secret) is refused on its headers at
+/// once, never made to wait while the node holds the message it declared; a caller with
+/// them is read as usual (and so waits for the body).
+#[tokio::test]
+async fn a_caller_without_credentials_is_refused_before_its_message_is_read() {
+    use tonic::codegen::http::uri::PathAndQuery;
+
+    let cluster = ProcessCluster::start(1);
+    cluster.form().await;
+    let channel = raw_channel(&cluster);
+    // A unary method called with a request stream that sends nothing and never ends.
+    let call = |path: &'static str, header: Option<(&'static str, String)>| {
+        let channel = channel.clone();
+        async move {
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.expect("ready");
+            let mut request = tonic::Request::new(futures::stream::pending::<pb::RaftMessage>());
+            if let Some((name, value)) = header {
+                request
+                    .metadata_mut()
+                    .insert(name, value.parse().expect("header"));
+            }
+            let codec = tonic_prost::ProstCodec::<pb::RaftMessage, pb::RaftMessage>::default();
+            let answer = grpc.client_streaming(request, PathAndQuery::from_static(path), codec);
+            tokio::time::timeout(std::time::Duration::from_secs(3), answer)
+                .await
+                .map(|r| r.map(|_| ()).map_err(|s| s.code()))
+        }
+    };
+    let secret = ledger_node::network::CLUSTER_SECRET_HEADER;
+    let forward = "/ledger.v1.Raft/Forward";
+    let claim = "/ledger.v1.Ledger/Claim";
+    let status = "/ledger.v1.Admin/Status";
+    for (path, header) in [
+        (forward, None),
+        (forward, Some((secret, "not-the-cluster-secret".to_owned()))),
+        (claim, None),
+        (
+            claim,
+            Some(("authorization", "Bearer not-a-key".to_owned())),
+        ),
+        (
+            status,
+            Some(("authorization", "Bearer not-a-key".to_owned())),
+        ),
+    ] {
+        let answer = call(path, header.clone()).await;
+        assert_eq!(
+            answer,
+            Ok(Err(Code::Unauthenticated)),
+            "{path} with {header:?}"
+        );
+    }
+    for (path, header) in [
+        (forward, (secret, SECRET.to_owned())),
+        (claim, ("authorization", format!("Bearer {TENANT_KEY}"))),
+    ] {
+        assert!(
+            call(path, Some(header)).await.is_err(),
+            "{path} answered unread"
+        );
+    }
+    assert_still_serves(&cluster).await;
 }

@@ -128,6 +128,7 @@ impl ClusterSettings {
             proposer: self.proposer.clone(),
             sweeper: self.sweeper.clone(),
             clock_skew_ms_max: self.clock_skew_ms_max,
+            connections_max: ledger_node::config::CONNECTIONS_MAX_DEFAULT,
         }
     }
 }

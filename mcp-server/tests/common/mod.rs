@@ -218,6 +218,7 @@ impl World {
             .list(query)
             .await
             .expect("list records")
+            .records
     }
 
     /// Everything the providers hold.

@@ -72,6 +72,9 @@ fn bad_configs_are_typed_errors() {
         MINIMAL.replace("0123456789abcdef", "0123456789\\u0007abcdef"),
         MINIMAL.replace("tenant-acme-key-0001", "tenant-acme-kéy-0001"),
         format!("{MINIMAL}\n[proposer]\nrequest_timeout_ms = 0"),
+        format!("connections_max = 0\n{MINIMAL}"),
+        // As long as a follower waits for a forwarded call, or longer.
+        format!("{MINIMAL}\n[proposer]\nrequest_timeout_ms = 10000"),
         format!("{MINIMAL}\n[proposer]\nmax_batch_bytes = 0"),
         format!("{MINIMAL}\n[raft]\nmax_payload_entries = 0"),
         // 64 entries of 1 MiB and one more command: more than a peer message may carry.

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use ledger_core::{
-    Amendment, Attempt, AttemptOutcome, EffectRecord, Escalation, OperatorDecision, Slot,
+    Amendment, Attempt, AttemptOutcome, EffectRecord, Escalation, ListPage, OperatorDecision, Slot,
     TenantConfig, ToolName, ToolPolicy,
 };
 
@@ -357,7 +357,29 @@ impl FromIterator<EffectRecord> for pb::ListResponse {
     fn from_iter<I: IntoIterator<Item = EffectRecord>>(records: I) -> Self {
         pb::ListResponse {
             records: records.into_iter().map(Into::into).collect(),
+            continue_after: None,
         }
+    }
+}
+
+impl From<ListPage> for pb::ListResponse {
+    fn from(page: ListPage) -> Self {
+        pb::ListResponse {
+            records: page.records.into_iter().map(Into::into).collect(),
+            continue_after: page.continue_after.map(Into::into),
+        }
+    }
+}
+
+/// Every record must read; `continue_after` as sent (absent from nodes that predate it).
+impl TryFrom<pb::ListResponse> for ListPage {
+    type Error = WireError;
+
+    fn try_from(r: pb::ListResponse) -> Result<Self, WireError> {
+        Ok(ListPage {
+            records: repeated(r.records, "records")?,
+            continue_after: r.continue_after.map(Into::into),
+        })
     }
 }
 

@@ -378,6 +378,8 @@ impl From<ListQuery> for pb::ListRequest {
             after: q.after.map(Into::into),
             limit: u32::try_from(q.limit).unwrap_or(u32::MAX),
             escalated: q.escalated,
+            // This crate's readers of a page read `continue_after`.
+            follows_continue_after: true,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::io::{BufWriter, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ledger_client::{ClientError, LedgerClient, WatchFilter};
-use ledger_core::{Decision, EffectKey, EffectRecord, EffectState, ListQuery, ToolName};
+use ledger_core::{Decision, EffectKey, EffectRecord, EffectState, ListPage, ListQuery, ToolName};
 
 use crate::cli::{Decide, Export, Get, List, State, Verdict, Watch};
 use crate::failure::{CliResult, Exit, Failure};
@@ -156,15 +156,16 @@ pub async fn list(client: &LedgerClient, args: &List, format: Format) -> CliResu
         limit: args.limit as usize,
     };
     let mut records = Vec::new();
+    // A page of a narrow filter may come back with fewer records than asked, even none,
+    // and still go on: without --all, pages are read until one holds a record or the
+    // listing ends, so that one call shows something whenever there is something.
     let next = loop {
         let page = fitting_page(client, &mut query, "list").await?;
-        let full = page.len() >= query.limit;
-        let last = page.last().map(|r| r.key.clone());
-        records.extend(page.into_iter().filter(|r| filter.keeps(r)));
-        match (full, last) {
-            (true, Some(last)) if args.all => query.after = Some(last),
-            (true, Some(last)) => break Some(last),
-            _ => break None,
+        let found = !page.records.is_empty();
+        records.extend(page.records.into_iter().filter(|r| filter.keeps(r)));
+        match page.continue_after {
+            Some(next) if args.all || !found => query.after = Some(next),
+            next => break next,
         }
     };
     match format {
@@ -274,13 +275,13 @@ pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
         };
         loop {
             let page = fitting_page(client, &mut query, &format!("export {tenant}")).await?;
-            for record in &page {
+            for record in &page.records {
                 write_json_line(&mut out, record).map_err(write_failed)?;
             }
-            written += page.len();
-            match page.last() {
-                Some(last) if page.len() >= query.limit => query.after = Some(last.key.clone()),
-                _ => break,
+            written += page.records.len();
+            match page.continue_after {
+                Some(next) => query.after = Some(next),
+                None => break,
             }
         }
     }
@@ -293,14 +294,12 @@ pub async fn export(client: &LedgerClient, args: &Export) -> CliResult {
 
 /// The page `query` asks for. A page of large records can be larger than any answer the
 /// client takes (`ANSWER_BYTES_MAX`, refused as `OUT_OF_RANGE`): then `query`'s limit is
-/// halved, for this page and the ones after it, until one fits. Callers read a page as the
-/// last when it is shorter than `query.limit`, so the limit they compare with is the one
-/// the page was asked with.
+/// halved, for this page and the ones after it, until one fits.
 async fn fitting_page(
     client: &LedgerClient,
     query: &mut ListQuery,
     what: &str,
-) -> Result<Vec<EffectRecord>, Failure> {
+) -> Result<ListPage, Failure> {
     loop {
         match client.list(query.clone()).await {
             Err(ClientError::Status {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use ledger_core::{
-    Caller, ClaimOutcome, Command, CommandBody, EffectRecord, EffectState, ListQuery, Outcome,
-    ReconcileOutcome, Report, TenantConfig, TenantSettings, ToolName, ToolPolicy,
+    Caller, ClaimOutcome, Command, CommandBody, EffectRecord, EffectState, ListPage, ListQuery,
+    Outcome, ReconcileOutcome, Report, TenantConfig, TenantSettings, ToolName, ToolPolicy,
 };
 use prost::Message;
 
@@ -114,7 +114,17 @@ fn full_and_bare_records_round_trip() {
     }
     let page = vec![bare_record(), full_record()];
     let wire: pb::ListResponse = page.clone().into_iter().collect();
-    assert_eq!(Vec::<EffectRecord>::try_from(via_wire(&wire)), Ok(page));
+    assert_eq!(
+        Vec::<EffectRecord>::try_from(via_wire(&wire)),
+        Ok(page.clone())
+    );
+    for continue_after in [None, Some(full_record().key)] {
+        let page = ListPage {
+            records: page.clone(),
+            continue_after,
+        };
+        round_trip::<_, pb::ListResponse>(&page);
+    }
 }
 
 #[test]
