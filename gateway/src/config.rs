@@ -80,13 +80,18 @@ pub struct UpstreamConfig {
 #[serde(deny_unknown_fields)]
 pub struct BeforeEffect {
     /// JSON-RPC error codes the upstream answers only before its tool acts. By default
-    /// the codes the official SDKs answer for a call they refuse before its tool runs:
-    /// parse error (-32700), method not found (-32601) and invalid params (-32602).
-    /// Invalid request (-32600) and a missing client capability (-32021, MCP
-    /// 2026-07-28) are not in it: the SDKs also answer them from inside a running tool
-    /// (the Python SDK's -32600 when a handler asks a question a stateless call cannot
-    /// carry; a handler's own -32021 when it finds it must ask), which may have acted
-    /// first. Add them for an upstream whose tools never act before they can fail so.
+    /// parse error (-32700) and method not found (-32601): the official SDKs answer them
+    /// for a call they refuse before any tool runs, and a tool has no reason to raise
+    /// them itself. Invalid params (-32602) is not in it: the Python SDK passes an
+    /// `MCPError` a tool raises back unchanged as the JSON-RPC error, so a handler that
+    /// wrote and then raised `INVALID_PARAMS` answers -32602 after acting (and the
+    /// TypeScript SDK answers it for an unknown tool and a tampered `requestState`, both
+    /// before any tool runs, which are then left unknown, not sent again). Nor are
+    /// invalid request (-32600) and a missing client capability (-32021, MCP
+    /// 2026-07-28): the SDKs also answer them from inside a running tool (the Python
+    /// SDK's -32600 when a handler asks a question a stateless call cannot carry; a
+    /// handler's own -32021 when it finds it must ask), which may have acted first. Add
+    /// any of them for an upstream whose tools never act before they can fail so.
     #[serde(default = "default_before_effect_codes")]
     pub jsonrpc_codes: Vec<i32>,
     /// Every `isError` result is before effect (the upstream declares that its tool
@@ -160,6 +165,16 @@ pub struct ToolConfig {
     /// derived.
     #[serde(default)]
     pub key_argument: Option<String>,
+    /// Fewest characters (as JSON Schema's `minLength` counts them) of the key argument's
+    /// value, in the schema and at every call. The key is the tenant's, shared by all its
+    /// conversations for the tool's retention: a short value a model makes up
+    /// (`refund-1`) would come round again in another conversation, and the same intent
+    /// would be answered with the earlier effect's result. A shorter value is refused only
+    /// for a new effect: one the ledger already holds under it (made before the minimum
+    /// was set or raised) goes on under it, so that its retries replay instead of being
+    /// refused into a new value and sent again.
+    #[serde(default = "default_key_argument_min_chars")]
+    pub key_argument_min_chars: usize,
     /// Pass the key argument on to the upstream (it is stripped by default).
     #[serde(default)]
     pub forward_key_argument: bool,
@@ -271,7 +286,11 @@ fn default_upstream_concurrency() -> usize {
 }
 
 fn default_before_effect_codes() -> Vec<i32> {
-    vec![-32700, -32601, -32602]
+    vec![-32700, -32601]
+}
+
+fn default_key_argument_min_chars() -> usize {
+    16
 }
 
 fn default_arguments_bytes_max() -> usize {
@@ -352,6 +371,15 @@ impl GatewayConfig {
             if self.tools[..i].iter().any(|o| o.name == t.name) {
                 return invalid(format!("two [[tools]] entries are called {:?}", t.name));
             }
+            let ledger = t.ledger_name();
+            if let Some(o) = self.tools[..i].iter().find(|o| o.ledger_name() == ledger) {
+                return invalid(format!(
+                    "tools {:?} and {:?} are both the ledger tool {ledger}: their effects \
+                     would share keys, so a call of one could be answered with the other's \
+                     result; give each its own ledger_tool",
+                    o.name, t.name
+                ));
+            }
         }
         Ok(())
     }
@@ -367,6 +395,10 @@ impl GatewayConfig {
         }
         if t.key_argument.is_some() && t.key_argument == t.provider_key_argument {
             return invalid("key_argument and provider_key_argument must differ".into());
+        }
+        let max = crate::identity::PART_BYTES_MAX;
+        if !(1..=max).contains(&t.key_argument_min_chars) {
+            return invalid(format!("key_argument_min_chars must be 1 to {max}"));
         }
         let pointers = t
             .before_effect
@@ -467,7 +499,8 @@ mod tests {
         let refund = c.tool("refund").unwrap();
         assert_eq!(refund.ledger_name().to_string(), "shop/refund");
         assert!(refund.derive_key);
-        assert_eq!(refund.before_effect.jsonrpc_codes, [-32700, -32601, -32602]);
+        assert_eq!(refund.before_effect.jsonrpc_codes, [-32700, -32601]);
+        assert_eq!(refund.key_argument_min_chars, 16);
         assert_eq!(c.upstreams[0].timeout_ms, 30_000);
     }
 
@@ -505,6 +538,20 @@ mod tests {
             (
                 format!("{MINIMAL}\n[[tools]]\nname = \"refund\"\nupstream = \"shop\"\n"),
                 "two [[tools]]",
+            ),
+            (
+                format!(
+                    "{MINIMAL}\n[[tools]]\nname = \"refund_v2\"\nupstream = \"shop\"\n\
+                     ledger_tool = \"shop/refund\"\n"
+                ),
+                "\"refund\" and \"refund_v2\" are both the ledger tool shop/refund",
+            ),
+            (
+                MINIMAL.replace(
+                    "key_argument = \"request_id\"",
+                    "key_argument = \"request_id\"\nkey_argument_min_chars = 0",
+                ),
+                "key_argument_min_chars",
             ),
         ] {
             let e = GatewayConfig::from_toml(&bad, Path::new(".")).unwrap_err();

@@ -3,7 +3,8 @@
 //! `tools/list` merges the upstreams' lists: each protected tool's schema rewritten (its
 //! key argument added, its provider-key argument removed, the operator's policy in its
 //! description), read-only tools as they are, unlisted tools hidden unless the operator
-//! lets them pass. `tools/call` of a protected tool runs through the ledger
+//! lets them pass. A configured tool's annotations say what its policy says, whatever the
+//! upstream hints. `tools/call` of a protected tool runs through the ledger
 //! ([`crate::protect`]); everything else is passed to the upstream untouched.
 //! Resources and prompts are those of the first upstream. Every request but the
 //! handshake needs a tenant's bearer token: what the gateway forwards goes out with the
@@ -18,7 +19,7 @@ use rmcp::model::{
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ResultType,
-    ServerCapabilities, ServerConfig as McpServerConfig, Tool,
+    ServerCapabilities, ServerConfig as McpServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -75,10 +76,35 @@ pub struct Gateway {
     inner: Arc<Inner>,
 }
 
-/// The description a client reads for an argument the gateway adds.
-const KEY_ARGUMENT_HELP: &str = "Identifies this effect: choose a new value for each thing \
-    you intend to do, and send the same value again when you retry it. A retry with the same \
-    value never does the thing twice.";
+/// The description a client reads for the key argument the gateway adds. With the
+/// identity from `_meta`, a new value in the same step is a conflict, not a second thing
+/// (`Identity::intent_keeps_key_argument`); either way it is never answered with an
+/// earlier call's result.
+fn key_argument_help(min_chars: usize) -> String {
+    format!(
+        "Identifies this effect: choose a fresh random value (a UUID, say; at least \
+         {min_chars} characters) for each thing you intend to do, and send the same value \
+         again when you retry it. A retry with the same value never does the thing twice, and \
+         a call with a new value is never answered with an earlier call's result: it is a new \
+         thing, or, where the host names the step's effect itself, refused as a conflict \
+         naming this argument."
+    )
+}
+
+/// `tool`'s annotations as the operator's policy says, not as the upstream hints (an
+/// untrusted party: an irreversible tool that hints `readOnlyHint` would be approved
+/// without asking by hosts that auto-approve read-only tools). `readOnlyHint` is true for
+/// a read-only policy only; `destructiveHint` for an irreversible one (or no policy, whose
+/// calls are refused); `idempotentHint` for a keyed idempotent one. The title and
+/// `openWorldHint` are the upstream's.
+pub fn annotate(mut tool: Tool, policy: Option<&ToolPolicy>) -> Tool {
+    let class = policy.map(|p| p.class);
+    let annotations = tool.annotations.get_or_insert_with(ToolAnnotations::new);
+    annotations.read_only_hint = Some(class == Some(ReplayClass::ReadOnly));
+    annotations.destructive_hint = Some(matches!(class, None | Some(ReplayClass::Irreversible)));
+    annotations.idempotent_hint = Some(class == Some(ReplayClass::KeyedIdempotent));
+    tool
+}
 
 /// `tool` as clients see it behind the gateway.
 pub fn rewrite(mut tool: Tool, config: &ToolConfig, policy: Option<&ToolPolicy>) -> Tool {
@@ -100,9 +126,9 @@ pub fn rewrite(mut tool: Tool, config: &ToolConfig, policy: Option<&ToolPolicy>)
             name.clone(),
             json!({
                 "type": "string",
-                "minLength": 1,
+                "minLength": config.key_argument_min_chars,
                 "maxLength": crate::identity::PART_BYTES_MAX,
-                "description": KEY_ARGUMENT_HELP,
+                "description": key_argument_help(config.key_argument_min_chars),
             }),
         );
         if !required.iter().any(|r| r.as_str() == Some(name)) {
@@ -133,7 +159,7 @@ pub fn rewrite(mut tool: Tool, config: &ToolConfig, policy: Option<&ToolPolicy>)
         _ => line,
     };
     tool.description = Some(Cow::Owned(description));
-    tool
+    annotate(tool, policy)
 }
 
 impl Gateway {
@@ -292,7 +318,7 @@ impl Inner {
                         let policy = self.policies.policy(&tenant.name, &config.ledger_name());
                         let read_only = policy.is_some_and(|p| p.class == ReplayClass::ReadOnly);
                         tools.push(if read_only {
-                            tool
+                            annotate(tool, policy)
                         } else {
                             rewrite(tool, config, policy)
                         });
@@ -770,7 +796,7 @@ mod tests {
         let policy = ToolPolicy::for_class(ReplayClass::KeyedIdempotent);
         let rewritten = rewrite(tool(), &config, Some(&policy));
         let schema = Value::Object((*rewritten.input_schema).clone());
-        assert!(schema["properties"]["request_id"].is_object());
+        assert_eq!(schema["properties"]["request_id"]["minLength"], 16);
         assert!(schema["properties"].get("idempotency_key").is_none());
         assert_eq!(
             schema["required"],
@@ -779,5 +805,52 @@ mod tests {
         let description = rewritten.description.unwrap();
         assert!(description.starts_with("Refunds an order."));
         assert!(description.contains("keyed_idempotent"), "{description}");
+    }
+
+    /// A tool's hints are the upstream's, an untrusted party: hosts that approve
+    /// read-only tools without asking must see what the operator's policy says.
+    #[test]
+    fn served_annotations_say_what_the_policy_says_not_what_the_upstream_hints() {
+        let config: ToolConfig =
+            toml::from_str("name = \"close_account\"\nupstream = \"shop\"").unwrap();
+        let mut hinted = tool();
+        hinted.annotations = Some(ToolAnnotations::from_raw(
+            Some("Close".into()),
+            Some(true),
+            Some(false),
+            Some(true),
+            Some(false),
+        ));
+        let protected = |policy: Option<&ToolPolicy>| rewrite(hinted.clone(), &config, policy);
+        for (class, read_only, destructive, idempotent) in [
+            (ReplayClass::Irreversible, false, true, false),
+            (ReplayClass::KeyedIdempotent, false, false, true),
+            (ReplayClass::UnkeyedCreate, false, false, false),
+            (ReplayClass::LongRunningJob, false, false, false),
+        ] {
+            let policy = ToolPolicy::for_class(class);
+            let a = protected(Some(&policy)).annotations.unwrap();
+            assert_eq!(
+                (a.read_only_hint, a.destructive_hint, a.idempotent_hint),
+                (Some(read_only), Some(destructive), Some(idempotent)),
+                "{class}"
+            );
+            assert_eq!(a.title.as_deref(), Some("Close"), "{class}");
+            assert_eq!(a.open_world_hint, Some(false), "{class}");
+        }
+        let a = protected(None).annotations.unwrap();
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint),
+            (Some(false), Some(true))
+        );
+        let mut unhinted = tool();
+        unhinted.annotations = None;
+        let read_only = ToolPolicy::for_class(ReplayClass::ReadOnly);
+        let a = annotate(unhinted, Some(&read_only)).annotations.unwrap();
+        assert_eq!(a.read_only_hint, Some(true));
+        // The description still shows the upstream's hints, marked as not used.
+        let irreversible = ToolPolicy::for_class(ReplayClass::Irreversible);
+        let description = protected(Some(&irreversible)).description.unwrap();
+        assert!(description.contains("readOnlyHint=true"), "{description}");
     }
 }

@@ -4,7 +4,10 @@
 //!    `workflow-id` and `turn-id`): the same fields and rules as `ledger-mcp-server`;
 //! 2. the tool's key argument, which the gateway adds to the tool's input schema as
 //!    required (the caller chooses one key per intended effect and repeats it on
-//!    retries);
+//!    retries; at least the configured number of characters, since the key is the
+//!    tenant's, shared by all its conversations, and a short value a model makes up
+//!    (`refund-1`) would come round again in another conversation and be answered with
+//!    the earlier effect's result);
 //! 3. derivation from the authenticated tenant, the conversation header (and the turn
 //!    header, when configured) and the target the operator's policy names in the
 //!    arguments, for a tool without a key argument. A tool with one requires it: a call
@@ -13,7 +16,8 @@
 //!
 //! The arguments are never part of the identity: they are the intent, bound to it. A call
 //! none of the sources names is refused before anything is stored, with a message that
-//! says which field to supply.
+//! says which field to supply. When `_meta` names the effect, the key argument names
+//! nothing and stays in the intent (see [`Identity::intent_keeps_key_argument`]).
 
 use serde_json::Value;
 
@@ -52,6 +56,24 @@ pub struct Identity {
     pub workflow_id: String,
     /// Where it came from.
     pub source: Source,
+    /// Set when a key argument is shorter than the tool's minimum: the refusal a call
+    /// gets unless the effect it names already exists. A short key made before the
+    /// minimum (or before it was raised) goes on naming its effect, so that a retry of
+    /// one is not refused into being sent again under a new value; no new effect is
+    /// declared under one.
+    pub short_key: Option<IdentityError>,
+}
+
+impl Identity {
+    /// Whether the key argument belongs in the intent: when `_meta` names the effect,
+    /// the model's key argument names nothing, and left out of the intent a second call
+    /// in the same turn with another value would bind the same intent to the same key
+    /// and be answered with the first effect's receipt. Kept in, it is a conflict naming
+    /// the argument; a second effect in one turn takes the runtime's own new key or
+    /// `_meta` sequence (DESIGN.md section 2).
+    pub fn intent_keeps_key_argument(&self) -> bool {
+        self.source == Source::Meta
+    }
 }
 
 /// Why a call names no effect.
@@ -67,6 +89,18 @@ pub enum IdentityError {
         name: String,
         /// What is wrong.
         problem: &'static str,
+    },
+    /// The key argument is shorter than the tool's minimum.
+    #[error(
+        "argument {name:?} is shorter than {min_chars} characters: a short value may have been \
+         used in another conversation, whose effect it would name; choose a fresh random value \
+         (a UUID, say) for this effect and send it again on every retry"
+    )]
+    ShortKeyArgument {
+        /// The argument.
+        name: String,
+        /// The minimum.
+        min_chars: usize,
     },
     /// A header is there but unusable.
     #[error("header {name:?} {problem}")]
@@ -97,6 +131,8 @@ pub struct Offered<'a> {
     pub meta: &'a LedgerMeta,
     /// The key argument's name, when the tool has one, and its value in the call.
     pub key_argument: Option<(&'a str, Option<&'a Value>)>,
+    /// Fewest characters a key argument's value has.
+    pub key_argument_min_chars: usize,
     /// Whether the tool may derive its key.
     pub derive: bool,
     /// The conversation header's name and value, when configured.
@@ -134,6 +170,7 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
             key: scoped(source)?,
             workflow_id: meta.workflow().to_owned(),
             source: Source::Meta,
+            short_key: None,
         });
     }
     if let Some((name, value)) = offered.key_argument {
@@ -146,6 +183,12 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
         };
         let text = value.as_str().ok_or_else(|| bad("must be a string"))?;
         let key = usable(text).map_err(bad)?;
+        let short_key = (key.chars().count() < offered.key_argument_min_chars).then(|| {
+            IdentityError::ShortKeyArgument {
+                name: name.to_owned(),
+                min_chars: offered.key_argument_min_chars,
+            }
+        });
         // Scoped by the tool: a model that reuses a value on another tool names another
         // effect, not a conflicting one.
         let key = format!("arg/{}/{key}", offered.tool);
@@ -153,6 +196,7 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
             key: scoped(KeySource::Explicit(&key))?,
             workflow_id: format!("key-argument:{name}"),
             source: Source::KeyArgument,
+            short_key,
         });
     }
     let header = |h: Option<(&'a str, Option<&'a str>)>| -> Result<Option<&'a str>, IdentityError> {
@@ -191,6 +235,7 @@ pub fn resolve<'a>(offered: &Offered<'a>) -> Result<Identity, IdentityError> {
                 key,
                 workflow_id,
                 source: Source::Derived,
+                short_key: None,
             });
         }
     }
@@ -239,6 +284,7 @@ mod tests {
             tool,
             meta,
             key_argument: Some(("request_id", None)),
+            key_argument_min_chars: 1,
             derive: true,
             conversation: Some(("x-conversation-id", None)),
             turn: None,
@@ -329,6 +375,48 @@ mod tests {
             resolve(&no_derive),
             Err(IdentityError::Missing(_))
         ));
+    }
+
+    /// A key argument is shared by all the tenant's conversations: a short value a model
+    /// makes up would come round again elsewhere and be answered with that effect's result.
+    #[test]
+    fn a_key_argument_shorter_than_the_minimum_is_refused() {
+        let tool = tool();
+        let none = LedgerMeta::default();
+        let short = json!("refund-1");
+        let random = json!("5f0c2a9e-refund-1");
+        let mut o = offered(&tool, &none);
+        o.key_argument_min_chars = 16;
+        o.key_argument = Some(("request_id", Some(&short)));
+        let named = resolve(&o).unwrap();
+        let e = named.short_key.expect("short");
+        assert!(
+            matches!(&e, IdentityError::ShortKeyArgument { min_chars: 16, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("\"request_id\""), "{e}");
+        assert!(named.key.key.ends_with("/refund-1"), "{}", named.key);
+        o.key_argument = Some(("request_id", Some(&random)));
+        let named = resolve(&o).unwrap();
+        assert_eq!(named.source, Source::KeyArgument);
+        assert_eq!(named.short_key, None);
+    }
+
+    #[test]
+    fn only_an_identity_from_meta_keeps_the_key_argument_in_the_intent() {
+        let tool = tool();
+        let with_meta = LedgerMeta {
+            workflow_id: Some("wf".into()),
+            turn_id: Some("t-1".into()),
+            ..LedgerMeta::default()
+        };
+        let none = LedgerMeta::default();
+        let key_value = json!("model-key");
+        let mut o = offered(&tool, &with_meta);
+        o.key_argument = Some(("request_id", Some(&key_value)));
+        assert!(resolve(&o).unwrap().intent_keeps_key_argument());
+        o.meta = &none;
+        assert!(!resolve(&o).unwrap().intent_keeps_key_argument());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use rmcp::model::{
 use serde_json::{json, Map, Value};
 
 use ledger_client::reconcile::ProviderAdapter;
-use ledger_client::{target_of, DispatchResult, EffectCall, EffectOutcome};
+use ledger_client::{target_of, ClientError, DispatchResult, EffectCall, EffectOutcome};
 use ledger_core::{Authority, Declaration, EffectKey, ToolName, ToolPolicy, ToolRef};
 use ledger_mcp::meta::LedgerMeta;
 use ledger_mcp::reply::{failure, finish, Finished};
@@ -217,9 +217,9 @@ impl Protected<'_> {
             // The gateway alone sets it.
             arguments.remove(name);
         }
-        let intent_json = Value::Object(arguments.clone()).to_string();
+        let arguments_json = Value::Object(arguments.clone()).to_string();
         let ledger_tool = self.tool.ledger_name();
-        let target = target_of(&intent_json, &self.policy.target_fields)
+        let target = target_of(&arguments_json, &self.policy.target_fields)
             .map_err(|e| invalid(format!("effect target: {e}")))?;
         let headers = self
             .header(&config.conversation_header)
@@ -245,6 +245,7 @@ impl Protected<'_> {
                 .key_argument
                 .as_deref()
                 .map(|name| (name, key_value.as_ref())),
+            key_argument_min_chars: self.tool.key_argument_min_chars,
             derive: self.tool.derive_key,
             conversation,
             turn,
@@ -262,12 +263,41 @@ impl Protected<'_> {
                 ))
             }
         };
+        if let Some(short) = &identity.short_key {
+            // Only an effect that already exists goes on under a short key: a retry of one
+            // made before the minimum, refused here, would come back under a new value and
+            // be sent again.
+            match self.tenant.runner.ledger().get(identity.key.clone()).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Ok(refused(
+                        &self.tool.name,
+                        "no_identity",
+                        short.to_string(),
+                        "call again with a fresh random value (a UUID, say) for this effect, \
+                         and send that value again on every retry",
+                    ))
+                }
+                Err(ClientError::Refused(r)) => {
+                    return Err(ledger_mcp::reply::refusal(&identity.key, &r))
+                }
+                Err(e) => {
+                    return Ok(refused(
+                        &self.tool.name,
+                        "not_started",
+                        format!("the ledger could not be reached: {e}"),
+                        "nothing was sent; call again",
+                    ))
+                }
+            }
+        }
+        let key_argument = self.tool.key_argument.as_ref().zip(key_value.as_ref());
         let declaration = declaration(
             &identity,
             &ledger_tool,
             &self.tenant.name,
             target,
-            intent_json,
+            intent_of(&arguments, key_argument, &identity),
         );
         if meta.amend {
             if let Some(refused) =
@@ -299,7 +329,7 @@ impl Protected<'_> {
         template: Dispatch,
     ) -> Result<CallToolResponse, ErrorData> {
         let key = declaration.key.clone();
-        let last: Mutex<Option<CallToolResponse>> = Mutex::new(None);
+        let last: Mutex<Option<LastAnswer>> = Mutex::new(None);
         let mut effect = self
             .tenant
             .runner
@@ -318,102 +348,125 @@ impl Protected<'_> {
                 async move {
                     let answer = self.upstream.call_tool(params).await;
                     let proven = classify(&self.tool.before_effect, &answer);
+                    let committed = matches!(proven, DispatchResult::Committed { .. });
                     // What the latest dispatch answered, and nothing older.
-                    *last.lock().unwrap_or_else(|p| p.into_inner()) = answer.ok();
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) =
+                        answer.ok().map(|response| LastAnswer {
+                            response,
+                            committed,
+                        });
                     proven
                 }
             })
             .await;
         let last = last.into_inner().unwrap_or_else(|p| p.into_inner());
-        let source = identity.source.as_str();
-        // Every answer but those `finish` makes (which counts them) is counted here.
-        let count = || ledger_mcp::metrics::count_effect(&result);
-        let response = match (&result, last) {
-            // The upstream's own answer when it is what committed the effect; the receipt
-            // (what a look-up found, say) otherwise.
-            (
-                Ok(EffectOutcome::Done { .. }),
-                Some(response @ (CallToolResponse::Complete(_) | CallToolResponse::Task(_))),
-            ) if !matches!(&response, CallToolResponse::Complete(r) if r.is_error == Some(true)) => {
-                count();
-                return Ok(marked(response, &key, "done", source, DONE_ADVICE));
-            }
-            (Ok(EffectOutcome::Done { receipt }), _) => {
-                count();
-                return Ok(marked(
-                    answer_from(receipt),
-                    &key,
-                    "done",
-                    source,
-                    DONE_ADVICE,
-                ));
-            }
-            (Ok(EffectOutcome::Replayed { receipt }), _) => {
-                count();
-                return Ok(marked(
-                    answer_from(receipt),
-                    &key,
-                    "replayed",
-                    source,
-                    DONE_ADVICE,
-                ));
-            }
-            (
-                Ok(EffectOutcome::FailedBeforeEffect { .. }),
-                Some(response @ CallToolResponse::InputRequired(_)),
-            ) => {
-                count();
-                return Ok(response);
-            }
-            (Ok(EffectOutcome::FailedBeforeEffect { .. }), Some(CallToolResponse::Complete(r))) => {
-                count();
-                let advice = if r.is_error == Some(true) {
-                    "nothing took effect; correct the request before calling again"
-                } else {
-                    "the upstream did nothing (it declares so for this answer); calling \
-                     again with the same identity may do it"
-                };
-                return Ok(marked(
-                    r.into(),
-                    &key,
-                    "failed_before_effect",
-                    source,
-                    advice,
-                ));
-            }
-            (Ok(EffectOutcome::FailedBeforeEffect { proof }), None) => {
-                count();
-                return Ok(failure(json!({
-                    "effect": {
-                        "key": key.to_string(),
-                        "outcome": "failed_before_effect",
-                        "source": source,
-                    },
-                    "detail": proof,
-                    "advice": "nothing was sent to the upstream or it refused the request as \
-                               such; call again later with the same identity",
-                }))
-                .into());
-            }
-            _ => finish(&key, result)?,
-        };
-        Ok(match response {
-            Finished::Committed { receipt, replayed } => {
-                let outcome = if replayed { "replayed" } else { "done" };
-                marked(
-                    answer_from(&receipt.to_string()),
-                    &key,
-                    outcome,
-                    source,
-                    DONE_ADVICE,
-                )
-            }
-            Finished::NotCommitted(mut body) => {
-                body["effect"]["source"] = json!(source);
-                failure(body).into()
-            }
-        })
+        answer(&key, identity.source.as_str(), result, last)
     }
+}
+
+/// The latest dispatch's answer, and whether it is what committed the effect.
+struct LastAnswer {
+    response: CallToolResponse,
+    committed: bool,
+}
+
+/// The answer to the client, from what running the effect came to and what the latest
+/// dispatch (if any) answered.
+fn answer(
+    key: &EffectKey,
+    source: &str,
+    result: Result<EffectOutcome, ledger_client::RunError>,
+    last: Option<LastAnswer>,
+) -> Result<CallToolResponse, ErrorData> {
+    // Every answer but those `finish` makes (which counts them) is counted here.
+    let count = || ledger_mcp::metrics::count_effect(&result);
+    let last = last.map(|l| (l.response, l.committed));
+    let response = match (&result, last) {
+        // The upstream's own answer when it is what committed the effect; the receipt
+        // otherwise: what a look-up found after this dispatch was declared to have done
+        // nothing (a user's "no") would else be marked done with the "no" as its body.
+        (Ok(EffectOutcome::Done { .. }), Some((response, true))) => {
+            count();
+            return Ok(marked(response, key, "done", source, DONE_ADVICE));
+        }
+        (Ok(EffectOutcome::Done { receipt }), _) => {
+            count();
+            return Ok(marked(
+                answer_from(receipt),
+                key,
+                "done",
+                source,
+                DONE_ADVICE,
+            ));
+        }
+        (Ok(EffectOutcome::Replayed { receipt }), _) => {
+            count();
+            return Ok(marked(
+                answer_from(receipt),
+                key,
+                "replayed",
+                source,
+                DONE_ADVICE,
+            ));
+        }
+        (
+            Ok(EffectOutcome::FailedBeforeEffect { .. }),
+            Some((response @ CallToolResponse::InputRequired(_), _)),
+        ) => {
+            count();
+            return Ok(response);
+        }
+        (
+            Ok(EffectOutcome::FailedBeforeEffect { .. }),
+            Some((CallToolResponse::Complete(r), _)),
+        ) => {
+            count();
+            let advice = if r.is_error == Some(true) {
+                "nothing took effect; correct the request before calling again"
+            } else {
+                "the upstream did nothing (it declares so for this answer); calling \
+                 again with the same identity may do it"
+            };
+            return Ok(marked(
+                r.into(),
+                key,
+                "failed_before_effect",
+                source,
+                advice,
+            ));
+        }
+        (Ok(EffectOutcome::FailedBeforeEffect { proof }), None) => {
+            count();
+            return Ok(failure(json!({
+                "effect": {
+                    "key": key.to_string(),
+                    "outcome": "failed_before_effect",
+                    "source": source,
+                },
+                "detail": proof,
+                "advice": "nothing was sent to the upstream or it refused the request as \
+                           such; call again later with the same identity",
+            }))
+            .into());
+        }
+        _ => finish(key, result)?,
+    };
+    Ok(match response {
+        Finished::Committed { receipt, replayed } => {
+            let outcome = if replayed { "replayed" } else { "done" };
+            marked(
+                answer_from(&receipt.to_string()),
+                key,
+                outcome,
+                source,
+                DONE_ADVICE,
+            )
+        }
+        Finished::NotCommitted(mut body) => {
+            body["effect"]["source"] = json!(source);
+            failure(body).into()
+        }
+    })
 }
 
 const DONE_ADVICE: &str = "the effect is committed; a retry with the same identity answers \
@@ -444,6 +497,22 @@ fn marked(
         }
         other => other,
     }
+}
+
+/// The intent bound to the effect: the arguments the upstream acts on (without the key
+/// and provider-key arguments), and the key argument too when it is not what names the
+/// effect ([`Identity::intent_keeps_key_argument`]): a call in the same turn with another
+/// value is then a conflict naming it, never a replay of the first effect's receipt.
+fn intent_of(
+    arguments: &JsonObject,
+    key_argument: Option<(&String, &Value)>,
+    identity: &Identity,
+) -> String {
+    let mut intent = arguments.clone();
+    if let Some((name, value)) = key_argument.filter(|_| identity.intent_keeps_key_argument()) {
+        intent.insert(name.clone(), value.clone());
+    }
+    Value::Object(intent).to_string()
 }
 
 fn declaration(
@@ -580,21 +649,23 @@ mod tests {
             classify(&rule(), &lost),
             DispatchResult::Unknown { .. }
         ));
-        let invalid = Err(UpstreamError::Rpc {
+        let no_such_method = Err(UpstreamError::Rpc {
             upstream: upstream(),
-            error: ErrorData::invalid_params("amount missing", None),
+            error: ErrorData::method_not_found::<rmcp::model::CallToolRequestMethod>(),
         });
         assert!(matches!(
-            classify(&rule(), &invalid),
+            classify(&rule(), &no_such_method),
             DispatchResult::NotCommitted { .. }
         ));
         let refused_inside = |code| {
             Err(UpstreamError::Rpc {
                 upstream: upstream(),
-                error: ErrorData::new(ErrorCode(code), "no back-channel", None),
+                error: ErrorData::new(ErrorCode(code), "refused", None),
             })
         };
-        for code in [-32600, -32021] {
+        // -32602 too: the Python SDK passes an MCPError its tool raises (INVALID_PARAMS
+        // after a write, say) back unchanged.
+        for code in [-32602, -32600, -32021] {
             assert!(
                 matches!(
                     classify(&rule(), &refused_inside(code)),
@@ -659,5 +730,83 @@ mod tests {
             params.meta.unwrap().0 .0["shop.example/external-ref"],
             "pk-9"
         );
+    }
+
+    fn effect_key() -> EffectKey {
+        ledger_client::effect_key(
+            "acme",
+            "gateway",
+            ledger_client::KeySource::Explicit("wf-1/t-1"),
+        )
+        .unwrap()
+    }
+
+    fn meta_of(response: &CallToolResponse) -> Value {
+        match response {
+            CallToolResponse::Complete(r) => r.meta.as_ref().unwrap().0[EFFECT_META].clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn body_of(response: &CallToolResponse) -> Value {
+        match response {
+            CallToolResponse::Complete(r) => r.structured_content.clone().unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A refund in one turn named by `_meta`, then another with a new key argument: the
+    /// two intents differ in that argument, so the second is a conflict naming it, never
+    /// a replay of the first refund's receipt.
+    #[test]
+    fn with_meta_a_new_key_argument_is_another_intent_not_a_replay() {
+        let identity = |source| Identity {
+            key: effect_key(),
+            workflow_id: "wf-1".into(),
+            source,
+            short_key: None,
+        };
+        let arguments = json!({ "order_id": "o1", "amount_cents": 500 });
+        let arguments = arguments.as_object().unwrap();
+        let name = "request_id".to_string();
+        let (a, b) = (json!("a"), json!("b"));
+        let meta = identity(crate::identity::Source::Meta);
+        let first = intent_of(arguments, Some((&name, &a)), &meta);
+        let second = intent_of(arguments, Some((&name, &b)), &meta);
+        assert_ne!(first, second);
+        let first: Value = serde_json::from_str(&first).unwrap();
+        assert_eq!(first["request_id"], "a");
+        // Named by the key argument, the argument is the key, not the intent.
+        let by_argument = identity(crate::identity::Source::KeyArgument);
+        assert_eq!(
+            intent_of(arguments, Some((&name, &a)), &by_argument),
+            Value::Object(arguments.clone()).to_string()
+        );
+    }
+
+    /// A dispatch declared to have done nothing (a user's "no"), after which a look-up
+    /// found an earlier dispatch committed: the answer is the receipt, not the "no".
+    #[test]
+    fn done_by_a_look_up_answers_the_receipt_not_the_latest_uncommitted_answer() {
+        let key = effect_key();
+        let earlier = CallToolResult::structured(json!({ "closure": { "id": "C-1" } }));
+        let declined = CallToolResult::structured(json!({ "declined": true }));
+        let done = || {
+            Ok(EffectOutcome::Done {
+                receipt: receipt_of(&earlier),
+            })
+        };
+        let last = |committed| {
+            Some(LastAnswer {
+                response: declined.clone().into(),
+                committed,
+            })
+        };
+        let answered = answer(&key, "derived", done(), last(false)).unwrap();
+        assert_eq!(body_of(&answered), json!({ "closure": { "id": "C-1" } }));
+        assert_eq!(meta_of(&answered)["outcome"], "done");
+        // The upstream's own answer when it is what committed.
+        let answered = answer(&key, "derived", done(), last(true)).unwrap();
+        assert_eq!(body_of(&answered), json!({ "declined": true }));
     }
 }

@@ -48,7 +48,7 @@ async def main() -> None:
         print(f"  {title:<44} {said(answer)}", flush=True)
 
     print("1. A refund, named by the request_id argument the gateway added to the schema.")
-    refund = {"order_id": f"order-{run}", "amount_cents": 1250, "request_id": f"refund-{run}"}
+    refund = {"order_id": f"order-{run}", "amount_cents": 1250, "request_id": str(uuid.uuid4())}
     proxy.drop_next("refund")
     await step("via gw-a (the answer is lost):", modern, lossy_a, "refund", refund)
     await step("retried via gw-b:", modern, b, "refund", refund)

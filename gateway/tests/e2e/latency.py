@@ -84,7 +84,7 @@ async def measure(stack: Stack, n: int) -> list[tuple[str, list[float]]]:
             async def refund(i: int) -> None:
                 args: dict[str, Any] = {"order_id": f"lat-{run}-{label}-{i}", "amount_cents": 100}
                 if label.endswith("protected"):
-                    args["request_id"] = f"lat-{run}-{i}"
+                    args["request_id"] = f"latency-{run}-{i:06}"
                 else:
                     args["idempotency_key"] = f"lat-{run}-{label}-{i}"
                 result = await client.call_tool("refund", args)

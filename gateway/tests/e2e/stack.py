@@ -125,8 +125,9 @@ class Ledger:
             )
 
 
-def gateway_config(ledger: Ledger, shop: Shop) -> str:
-    """The gateway's configuration for `shop`: refunds keyed by a key argument and passed
+def gateway_config(ledger: Ledger, shop: Shop, key_min_chars: int = 16) -> str:
+    """The gateway's configuration for `shop`: refunds keyed by a key argument of at least
+    `key_min_chars` characters and passed
     the provider key as the shop's idempotency key; tickets keyed by the conversation and
     passed the provider key as their external reference (an argument for the Python shop;
     a `_meta` field for the TypeScript one, which also takes the argument and lets it win,
@@ -160,6 +161,7 @@ timeout_ms = {UPSTREAM_TIMEOUT_MS}
 name = "refund"
 upstream = "shop"
 key_argument = "request_id"
+key_argument_min_chars = {key_min_chars}
 provider_key_argument = "idempotency_key"
 before_effect = {{ tool_error_pointer = "/error", tool_error_values = ["invalid_amount"] }}
 lookup = {{ tool = "find_refunds", arguments = {{ idempotency_key = "{{provider_key}}" }}, found = "/refunds" }}
@@ -208,9 +210,11 @@ class Stack:
         self.shop = start_shop(
             self.kind, self.work, name, json_response=self.kind == "py", legacy_only=self.legacy_only
         )
-        config = self.work / f"gateway-{name}.toml"
-        config.write_text(gateway_config(self.ledger, self.shop))
-        for instance in ("gw-a", "gw-b"):
+        # gw-b still takes key arguments of any length, as an instance not yet given the
+        # minimum does during an upgrade.
+        for instance, key_min_chars in (("gw-a", 16), ("gw-b", 1)):
+            config = self.work / f"gateway-{name}-{instance}.toml"
+            config.write_text(gateway_config(self.ledger, self.shop, key_min_chars))
             argv = [str(BIN / "ledger-mcp-gateway"), "--config", str(config), "--instance", instance]
             service = start_binary(f"{instance}-{name}", argv, self.work)
             self.gateways[instance] = service

@@ -56,6 +56,11 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def new_request_id() -> str:
+    """A key argument as the schema asks for it: fresh, random, at least 16 characters."""
+    return str(uuid.uuid4())
+
+
 async def call(
     stack: Stack,
     kind: ClientKind,
@@ -116,15 +121,27 @@ async def test_both_eras_list_the_tools_with_protected_schemas(stack: Stack, kin
     assert set(tools) == {"refund", "create_ticket", "close_account", "find_refunds", "find_tickets", "get_order"}
     refund = tools["refund"]["inputSchema"]
     assert "request_id" in refund["required"] and "request_id" in refund["properties"]
+    assert refund["properties"]["request_id"]["minLength"] == 16
     assert "idempotency_key" not in refund["properties"]
     assert "idempotency_key" not in refund.get("required", [])
     assert "effect ledger" in tools["refund"]["description"]
     # Both shops take the ticket's external reference as an argument (the TypeScript one
     # also in `_meta`, but the argument wins there): hidden, the gateway's to set.
     assert "external_ref" not in tools["create_ticket"]["inputSchema"]["properties"]
-    # A read-only tool is passed through untouched.
+    # A read-only tool's schema and description are passed through untouched.
     assert tools["find_tickets"]["inputSchema"]["required"] == ["external_ref"]
     assert "effect ledger" not in (tools["find_tickets"].get("description") or "")
+    # Annotations say what the operator's policy says, not what the shop hints.
+    hints = {
+        name: {h: tools[name].get("annotations", {}).get(h) for h in ("readOnlyHint", "destructiveHint", "idempotentHint")}
+        for name in ("refund", "create_ticket", "close_account", "find_tickets")
+    }
+    assert hints == {
+        "refund": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
+        "create_ticket": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
+        "close_account": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        "find_tickets": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": False},
+    }, hints
 
 
 @pytest.mark.anyio
@@ -132,7 +149,7 @@ async def test_both_eras_list_the_tools_with_protected_schemas(stack: Stack, kin
 async def test_a_lost_refund_answer_retried_on_the_other_instance_refunds_once(
     stack: Stack, kind: ClientKind
 ) -> None:
-    order, request_id = unique("order"), unique("req")
+    order, request_id = unique("order"), new_request_id()
     args = {"order_id": order, "amount_cents": 1250, "request_id": request_id}
     stack.proxies["gw-a"].drop_next("refund")
     lost = await call(stack, kind, "refund", args, lossy=True)
@@ -193,7 +210,7 @@ async def test_an_upstream_that_commits_late_opens_one_ticket(stack: Stack) -> N
 
 @pytest.mark.anyio
 async def test_a_model_repair_with_the_same_key_is_a_conflict_naming_the_field(stack: Stack) -> None:
-    order, request_id = unique("order"), unique("req")
+    order, request_id = unique("order"), new_request_id()
     first = await call(stack, PY_2026, "refund", {"order_id": order, "amount_cents": 500, "request_id": request_id})
     assert outcome(first) == "done", first
     repaired = await call(stack, TS_LEGACY, "refund", {"order_id": order, "amount_cents": 900, "request_id": request_id})
@@ -217,7 +234,7 @@ async def test_a_call_that_names_no_effect_is_told_what_to_supply(stack: Stack, 
 
 @pytest.mark.anyio
 async def test_a_failure_declared_before_effect_is_corrected_by_amend(stack: Stack) -> None:
-    order, request_id = unique("order"), unique("req")
+    order, request_id = unique("order"), new_request_id()
     bad = await call(stack, PY_2026, "refund", {"order_id": order, "amount_cents": -5, "request_id": request_id})
     assert bad["isError"] is True and outcome(bad) == "failed_before_effect", bad
     assert bad["structuredContent"]["error"] == "invalid_amount"
@@ -245,9 +262,44 @@ async def test_a_runtime_key_in_meta_names_the_effect_in_both_eras(stack: Stack)
 
 
 @pytest.mark.anyio
+async def test_with_a_runtime_turn_a_new_key_argument_is_a_conflict_not_a_replay(stack: Stack) -> None:
+    order = unique("order")
+    meta = {"dev.effect-ledger/workflow-id": unique("wf"), "dev.effect-ledger/turn-id": "turn-1"}
+    first_args = {"order_id": order, "amount_cents": 500, "request_id": new_request_id()}
+    first = await call(stack, PY_2026, "refund", first_args, meta=meta)
+    assert outcome(first) == "done" and first["_meta"][EFFECT]["identity"] == "meta", first
+    # The same turn and target, another key argument: the runtime's identity wins, and the
+    # new value is a changed argument, never the first refund's receipt.
+    second = await call(stack, TS_LEGACY, "refund", dict(first_args, request_id=new_request_id()), instance="gw-b", meta=meta)
+    assert second["isError"] is True and outcome(second) == "conflict", second
+    assert second["structuredContent"]["differing_fields"] == ["request_id"], second
+    again = await call(stack, TS_LEGACY, "refund", first_args, instance="gw-b", meta=meta)
+    assert outcome(again) == "replayed", again
+    assert len(refunds_of(stack, order)) == 1
+
+
+@pytest.mark.anyio
+async def test_a_short_key_argument_names_only_an_effect_that_exists(stack: Stack) -> None:
+    order, short = unique("order"), f"r-{uuid.uuid4().hex[:6]}"
+    args = {"order_id": order, "amount_cents": 300, "request_id": short}
+    # A new effect under a key shorter than the minimum: refused, nothing stored or sent.
+    refused = await call(stack, PY_2026, "refund", args)
+    assert refused["isError"] is True and outcome(refused) == "no_identity", refused
+    assert "16 characters" in refused["structuredContent"]["detail"], refused
+    assert refunds_of(stack, order) == []
+    # Made where no minimum applies yet (gw-b, as during an upgrade), the effect goes on
+    # under its short key everywhere: its retry replays, never refused into a new value.
+    made = await call(stack, TS_LEGACY, "refund", args, instance="gw-b")
+    assert outcome(made) == "done", made
+    again = await call(stack, PY_2026, "refund", args)
+    assert outcome(again) == "replayed", again
+    assert len(refunds_of(stack, order)) == 1
+
+
+@pytest.mark.anyio
 async def test_read_only_tools_pass_through(stack: Stack) -> None:
     order = unique("order")
-    for amount, request_id in ((100, unique("req")), (250, unique("req"))):
+    for amount, request_id in ((100, new_request_id()), (250, new_request_id())):
         done = await call(stack, PY_2026, "refund", {"order_id": order, "amount_cents": amount, "request_id": request_id})
         assert outcome(done) == "done", done
     seen = await call(stack, TS_LEGACY, "get_order", {"order_id": order})
@@ -301,7 +353,7 @@ async def test_a_client_that_answers_the_question_itself_closes_once(stack: Stac
 @pytest.mark.anyio
 async def test_bad_input_is_a_clear_error_and_reaches_no_upstream(stack: Stack) -> None:
     order = unique("order")
-    args = {"order_id": order, "amount_cents": 100, "request_id": unique("req")}
+    args = {"order_id": order, "amount_cents": 100, "request_id": new_request_id()}
     # No bearer token, or one no tenant has: refused before anything is looked at.
     for bearer in (None, "not-a-token-of-any-tenant"):
         answer = await call_tool(PY_2026, stack.url("gw-a"), "refund", args, bearer=bearer, timeout_s=60)
@@ -346,7 +398,7 @@ async def test_an_upstream_of_the_2025_era_alone_is_spoken_to_in_its_era(
     listed = await list_tools(kind, stack.url("gw-a"), bearer=AGENT_TOKEN)
     assert listed["connection"]["protocolVersion"] == kind.protocol_version
     assert "request_id" in {t["name"]: t for t in listed["tools"]}["refund"]["inputSchema"]["required"]
-    order, request_id = unique("order"), unique("req")
+    order, request_id = unique("order"), new_request_id()
     args = {"order_id": order, "amount_cents": 400, "request_id": request_id}
     stack.proxies["gw-a"].drop_next("refund")
     lost = await call(stack, kind, "refund", args, lossy=True)
