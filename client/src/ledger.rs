@@ -374,8 +374,10 @@ impl LedgerClient {
     /// few records match made the node stop reading for it. (From a node that predates
     /// `continue_after`, a full page goes on after its last record.)
     pub async fn list(&self, query: ListQuery) -> Result<ListPage, ClientError> {
-        let limit = query.limit;
         let message = pb::ListRequest::from(query);
+        // The page size the node serves (the limit asked for, capped), which a full page
+        // from a node that predates `continue_after` fills.
+        let limit = ledger_proto::list_limit(message.limit);
         let t = &self.transport;
         let response = t
             .call(|ch| {

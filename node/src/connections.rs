@@ -5,9 +5,11 @@
 //! begin only once a connection has said something).
 //!
 //! The next connection is accepted when one closes (until then the kernel's backlog holds
-//! it), and a connection whose first bytes do not arrive within [`SILENCE_TIMEOUT`] of its
-//! acceptance is closed. Both apply before TLS: a handshake counts as the first bytes and
-//! holds a slot.
+//! it), and a connection that has not sent the [`PREFACE_BYTES`] that open an HTTP/2
+//! connection within [`SILENCE_TIMEOUT`] of its acceptance is closed (hyper's server waits
+//! for them without a deadline, and its pings start only after them). With TLS the slot is
+//! taken before the handshake, which has a deadline of its own, and the preface is awaited
+//! again, decrypted, after it.
 
 use std::future::Future;
 use std::io;
@@ -23,29 +25,37 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tonic::transport::server::Connected;
 
-/// How long a new connection may take to send its first bytes.
+/// How long a new connection may take to send its first [`PREFACE_BYTES`].
 pub const SILENCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The length of the client preface that opens every HTTP/2 connection
+/// (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`); a TLS ClientHello is longer.
+pub const PREFACE_BYTES: usize = 24;
 
 /// The pause after a failed accept (out of file descriptors, say) before the next: the
 /// error would otherwise repeat at once, in a loop that only logs.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// A connection holding one of the node's connection slots until it is dropped, and
-/// failing its reads once it has stayed silent past its deadline.
+/// A connection holding one of the node's connection slots (if given one) until it is
+/// dropped, and failing its reads if its first [`PREFACE_BYTES`] have not arrived by its
+/// deadline.
 pub struct Limited<IO> {
     io: IO,
-    _slot: OwnedSemaphorePermit,
-    /// Until the first bytes arrive.
+    _slot: Option<OwnedSemaphorePermit>,
+    /// Until the first [`PREFACE_BYTES`] have arrived.
     silent_until: Option<Pin<Box<Sleep>>>,
+    /// Bytes still to arrive before the deadline no longer applies.
+    awaited: usize,
 }
 
 impl<IO> Limited<IO> {
-    /// `io` in `slot`, to send its first bytes within `silence`.
-    pub fn new(io: IO, slot: OwnedSemaphorePermit, silence: Duration) -> Self {
+    /// `io`, in `slot` if given one, to send its first [`PREFACE_BYTES`] within `silence`.
+    pub fn new(io: IO, slot: Option<OwnedSemaphorePermit>, silence: Duration) -> Self {
         Limited {
             io,
             _slot: slot,
             silent_until: Some(Box::pin(tokio::time::sleep(silence))),
+            awaited: PREFACE_BYTES,
         }
     }
 
@@ -70,7 +80,12 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Limited<IO> {
         let before = buf.filled().len();
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
         match &read {
-            Poll::Ready(Ok(())) if buf.filled().len() > before => this.silent_until = None,
+            Poll::Ready(Ok(())) if this.silent_until.is_some() => {
+                this.awaited = this.awaited.saturating_sub(buf.filled().len() - before);
+                if this.awaited == 0 {
+                    this.silent_until = None;
+                }
+            }
             Poll::Pending => {
                 if let Some(deadline) = &mut this.silent_until {
                     ready!(deadline.as_mut().poll(cx));
@@ -165,7 +180,10 @@ pub fn incoming(
 ) -> impl Stream<Item = Result<Limited<TcpStream>, io::Error>> {
     futures::stream::unfold((listener, slots), move |(listener, slots)| async move {
         let (tcp, slot) = slots.accept(&listener).await?;
-        Some((Ok(Limited::new(tcp, slot, silence)), (listener, slots)))
+        Some((
+            Ok(Limited::new(tcp, Some(slot), silence)),
+            (listener, slots),
+        ))
     })
 }
 
@@ -183,7 +201,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_that_sends_nothing_is_failed_and_one_that_speaks_is_not() {
+    async fn a_connection_that_does_not_open_in_time_is_failed_and_one_that_does_is_not() {
         let (listener, addr) = listener().await;
         let silence = Duration::from_millis(200);
         let mut accepted = Box::pin(incoming(listener, Slots::new(4), silence));
@@ -199,11 +217,27 @@ mod tests {
             io::ErrorKind::TimedOut
         );
 
+        // A few bytes, then silence: not a preface, so the deadline still holds.
+        let mut mumbling = TcpStream::connect(addr).await.expect("connect");
+        let mut conn = accepted.next().await.expect("accepted").expect("ok");
+        mumbling.write_all(b"PRI").await.expect("write");
+        let mut buf = [0_u8; 64];
+        assert_eq!(conn.read(&mut buf).await.expect("read"), 3);
+        let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("the read ends");
+        assert_eq!(read.expect_err("fails").kind(), io::ErrorKind::TimedOut);
+
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        assert_eq!(preface.len(), PREFACE_BYTES);
         let mut speaking = TcpStream::connect(addr).await.expect("connect");
         let mut conn = accepted.next().await.expect("accepted").expect("ok");
-        speaking.write_all(b"hi").await.expect("write");
-        assert_eq!(conn.read(&mut buf).await.expect("read"), 2);
-        // Past the deadline, a connection that has spoken may pause as long as it likes.
+        speaking.write_all(preface).await.expect("write");
+        let mut read = 0;
+        while read < PREFACE_BYTES {
+            read += conn.read(&mut buf[read..]).await.expect("read");
+        }
+        // Past the deadline, a connection that has opened may pause as long as it likes.
         tokio::time::sleep(silence * 2).await;
         speaking.write_all(b"again").await.expect("write");
         assert_eq!(conn.read(&mut buf).await.expect("read"), 5);

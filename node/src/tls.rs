@@ -288,14 +288,14 @@ fn certificates(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>,
 
 /// The connections accepted on `listener` that completed a TLS handshake with the
 /// material in force when they arrived, each in one of `slots` from its acceptance (its
-/// handshake included) and closed if silent for `silence` (see `connections`). Ends when
-/// the stream is dropped.
+/// handshake included), and closed if it does not open its HTTP/2 connection within
+/// `silence` of the handshake (see `connections`). Ends when the stream is dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Arc<NodeTls>,
     slots: Slots,
     silence: Duration,
-) -> impl Stream<Item = Result<TlsStream<Limited<TcpStream>>, io::Error>> {
+) -> impl Stream<Item = Result<Limited<TlsStream<Limited<TcpStream>>>, io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
     tokio::spawn(async move {
         loop {
@@ -309,14 +309,15 @@ pub fn incoming(
             let Ok(peer) = tcp.peer_addr() else {
                 continue;
             };
-            let tcp = Limited::new(tcp, slot, silence);
+            let tcp = Limited::new(tcp, Some(slot), silence);
             let acceptor = tls.acceptor();
             let tx = tx.clone();
             tokio::spawn(async move {
                 let deadline = Duration::from_millis(HANDSHAKE_TIMEOUT_MS);
                 match tokio::time::timeout(deadline, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
+                        // The HTTP/2 preface is awaited again, decrypted.
+                        let _ = tx.send(Ok(Limited::new(stream, None, silence))).await;
                     }
                     Ok(Err(e)) => log_refused(peer, &e),
                     Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),

@@ -15,7 +15,8 @@ pub mod server;
 pub mod status;
 
 pub use convert::{
-    IntoCommand, OutcomeError, WatchFilter, WireError, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
+    list_limit, IntoCommand, OutcomeError, WatchFilter, WireError, LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_MAX,
 };
 pub use server::{raft_server, RAFT_MESSAGE_BYTES_MAX};
 pub use status::{

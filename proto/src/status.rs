@@ -64,8 +64,8 @@ pub fn refusal_code(refusal: &Refusal) -> Code {
     }
 }
 
-/// Most bytes of member names a conflict's refusal names in its status. A status travels
-/// in HTTP/2 headers, and clients take header blocks of 8 KiB (grpc-java) or 16 KiB
+/// Most bytes of member names (as JSON writes them) a conflict's refusal names in its
+/// status. A status travels in HTTP/2 headers, and clients take header blocks of 8 KiB (grpc-java) or 16 KiB
 /// (hyper's default) unless told otherwise; a conflict between two large intents could
 /// name every member of both. Past this, the names that fit are followed by one entry
 /// saying how many more differ.
@@ -85,7 +85,9 @@ pub fn refusal_to_status(refusal: &Refusal) -> Status {
                 .differing_fields
                 .iter()
                 .take_while(|name| {
-                    bytes = bytes.saturating_add(name.len() + 4);
+                    // As the JSON carries it (escapes included), with its separator.
+                    let quoted = serde_json::to_string(name).map_or(usize::MAX, |q| q.len());
+                    bytes = bytes.saturating_add(quoted.saturating_add(1));
                     bytes <= DIFFERING_FIELDS_BYTES_MAX
                 })
                 .count();

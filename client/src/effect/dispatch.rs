@@ -378,7 +378,15 @@ async fn resend_report(ledger: LedgerClient, key: EffectKey, token: u64, report:
             }
             Err(error) => error,
         };
-        if !committed {
+        // Sending again helps only where the ledger may answer next time; a key it does
+        // not know or a request it cannot take will not change.
+        let passing = matches!(
+            error,
+            ClientError::Unavailable { .. }
+                | ClientError::Overloaded { .. }
+                | ClientError::Malformed(_)
+        );
+        if !committed || !passing {
             tracing::debug!(effect = %key, %error, "report sent again failed; the lease ends it");
             return;
         }

@@ -75,7 +75,10 @@ const RECOVERY_BACKOFF_MS: u64 = 500;
 /// It is sent again only while the record shows an open dispatch attempt held by this
 /// claim's holder, the only way a grant of it can be waiting: a claim that never reached
 /// the ledger, sent again, would be applied as a new one and spend one of the effect's
-/// dispatch attempts (an irreversible tool has one) on a grant given back at once.
+/// dispatch attempts (an irreversible tool has one) on a grant given back at once. The
+/// read and the send are two steps: another run of the same holder whose attempt ends
+/// between them still lets such a claim be applied. Asking the ledger for a command id's
+/// remembered answer without applying it would close that; it serves no such read.
 async fn recover_grant(ledger: LedgerClient, key: EffectKey, ask: ClaimAsk) {
     let mut backoff_ms = RECOVERY_BACKOFF_MS;
     for _ in 0..RECOVERY_SENDS_MAX {
