@@ -323,14 +323,7 @@ async fn a_grant_too_late_to_use_is_given_back_unused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_the_ledger_did_not_answer_is_sent_again_with_the_same_id() {
     let (served, runner) = fake_node(Duration::ZERO, false, 1, 1).await;
-    let result = runner
-        .effect(call())
-        .run(|_| async {
-            DispatchResult::Committed {
-                receipt: "done".into(),
-            }
-        })
-        .await;
+    let result = run_committed(&runner).await;
     match result {
         Err(RunError::Unreported {
             result: DispatchResult::Committed { receipt },
@@ -405,14 +398,7 @@ async fn a_grant_whose_caller_gives_up_while_it_is_confirmed_is_given_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_report_is_sent_until_the_ledger_takes_it() {
     let (served, runner) = fake_node(Duration::ZERO, false, 4, 1).await;
-    let result = runner
-        .effect(call())
-        .run(|_| async {
-            DispatchResult::Committed {
-                receipt: "done".into(),
-            }
-        })
-        .await;
+    let result = run_committed(&runner).await;
     assert!(
         matches!(
             result,
@@ -489,6 +475,18 @@ async fn run_with_a_failed_claim(held_by: Option<&str>) -> fake::Served<SlowClai
         "{result:?}"
     );
     served
+}
+
+/// Runs [`call`] once on `runner` with a dispatch that commits at once.
+async fn run_committed(runner: &EffectRunner) -> Result<EffectOutcome, RunError> {
+    runner
+        .effect(call())
+        .run(|_| async {
+            DispatchResult::Committed {
+                receipt: "done".into(),
+            }
+        })
+        .await
 }
 
 /// Runs [`call`] against `fake`, once, with a dispatch that counts its calls; returns
