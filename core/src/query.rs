@@ -50,9 +50,10 @@ pub struct Escalations {
 pub struct ListPage {
     /// The records found, in key order.
     pub records: Vec<EffectRecord>,
-    /// Set when the listing may go on: the key to ask again `after`. The page ended at its
+    /// Set when the listing goes on: the key to ask again `after`. The page ended at its
     /// limit, or it visited as many entries as one page may without finding that many
-    /// records (a filter few records match); `None` once the walk reached the end.
+    /// records (a filter few records match), and more entries follow (which may match
+    /// nothing); `None` when the page reached the end of the listing.
     pub continue_after: Option<EffectKey>,
 }
 
@@ -118,6 +119,12 @@ impl<S: Store> Ledger<S> {
         let mut last_visited = None;
         let mut stopped = false;
         self.store.walk(table, from, Some(&to), |entry, value| {
+            if page.records.len() >= query.limit || visited >= visits {
+                // Another entry follows the page: the listing goes on after the last one
+                // read (a page that ends with the range says so by naming no key).
+                stopped = true;
+                return false;
+            }
             visited += 1;
             let key = entry.get(key_prefix.len()..).and_then(keycode::read_key);
             let rec = if table == Table::Records {
@@ -134,8 +141,7 @@ impl<S: Store> Ledger<S> {
             if let Some(rec) = rec.filter(keep) {
                 page.records.push(rec);
             }
-            stopped = page.records.len() >= query.limit || visited >= visits;
-            !stopped
+            true
         });
         if stopped {
             page.continue_after = last_visited;
