@@ -387,11 +387,12 @@ impl LedgerClient {
             .await?;
         let answer = response.into_inner();
         let sent_where_to_go_on = answer.continue_after.is_some();
-        let mut page = ListPage::try_from(answer).map_err(malformed)?;
-        if !sent_where_to_go_on && page.records.len() >= limit {
-            page.continue_after = page.records.last().map(|r| r.key.clone());
-        }
-        Ok(page)
+        let page = ListPage::try_from(answer).map_err(malformed)?;
+        Ok(if sent_where_to_go_on {
+            page
+        } else {
+            ListPage::ended_at_limit(page.records, limit)
+        })
     }
 
     /// Follows the records `filter` selects as a node applies changes to them (see

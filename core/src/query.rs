@@ -57,6 +57,21 @@ pub struct ListPage {
     pub continue_after: Option<EffectKey>,
 }
 
+impl ListPage {
+    /// A page as nodes before `continue_after` serve it, ending only at its `limit`: a
+    /// full one goes on after its last record.
+    pub fn ended_at_limit(records: Vec<EffectRecord>, limit: usize) -> ListPage {
+        let continue_after = match records.last() {
+            Some(last) if records.len() >= limit => Some(last.key.clone()),
+            _ => None,
+        };
+        ListPage {
+            records,
+            continue_after,
+        }
+    }
+}
+
 impl<S: Store> Ledger<S> {
     /// A page of records matching `query`, in key order, walking as far as it takes.
     pub fn list(&self, query: &ListQuery) -> Vec<EffectRecord> {

@@ -58,16 +58,6 @@ impl<IO> Limited<IO> {
             awaited: PREFACE_BYTES,
         }
     }
-
-    /// The connection itself.
-    pub fn get_ref(&self) -> &IO {
-        &self.io
-    }
-
-    /// The connection itself, for a handshake on it.
-    pub fn get_mut(&mut self) -> &mut IO {
-        &mut self.io
-    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Limited<IO> {

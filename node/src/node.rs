@@ -140,26 +140,16 @@ impl LedgerNode {
     /// that form; it is then asked in one it reads, and its page, which ends only at the
     /// limit, goes on after its last record when full.
     pub async fn list(&self, query: ListQuery) -> Result<ListPage, NodeError> {
+        let limit = query.limit;
         let answer = match self.read(ReadRequest::ListPage(query.clone())).await {
             Err(NodeError::Unavailable(m)) if m.contains(UNDECODABLE) => {
-                let limit = query.limit;
-                match self.read(ReadRequest::list_before_pages(query)).await? {
-                    ReadResponse::Records(records) => {
-                        let continue_after = (records.len() >= limit)
-                            .then(|| records.last().map(|r| r.key.clone()))
-                            .flatten();
-                        return Ok(ListPage {
-                            records,
-                            continue_after,
-                        });
-                    }
-                    other => other,
-                }
+                self.read(ReadRequest::list_before_pages(query)).await?
             }
             answer => answer?,
         };
         match answer {
             ReadResponse::Page(page) => Ok(page),
+            ReadResponse::Records(records) => Ok(ListPage::ended_at_limit(records, limit)),
             other => Err(NodeError::Internal(format!(
                 "unexpected read answer {other:?}"
             ))),
